@@ -1,0 +1,1 @@
+"""Extraction backends behind one protocol (see base.py)."""

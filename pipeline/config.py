@@ -1,0 +1,81 @@
+"""One typed settings object for the whole pipeline (environment, `.env`, CLI overrides).
+
+Why one object: the idempotency fingerprint is derived from it, so a change to any setting that can change a
+result (backend, model, prompt, schema, preprocessing) makes previously done documents eligible again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = PROJECT_ROOT / "schemas" / "id_document.schema.json"
+
+Backend = Literal["ocr", "openai", "vllm"]
+
+
+class PrepareSettings(BaseSettings):
+    """Image budget: what every backend receives. Qwen3.5 charges one visual token per 32x32 px."""
+
+    model_config = SettingsConfigDict(env_prefix="IDFLOW_", env_file=".env", extra="ignore")
+
+    max_long_edge: int = Field(1600, ge=64)
+    max_pixels: int = Field(1_048_576, ge=4096)
+    patch: int = Field(32, ge=1, description="pixels per visual token side (32 for Qwen3.5, 28 for Qwen2.5-VL)")
+    max_input_pixels: int = Field(120_000_000, ge=1, description="decompression-bomb cap on the decoded page")
+    min_input_side: int = Field(48, ge=1, description="pages smaller than this on either side are too_small")
+    pdf_dpi: int = Field(200, ge=50, le=600)
+    jpeg_quality: int = Field(90, ge=50, le=100)
+
+
+class OpenAISettings(BaseSettings):
+    """An OpenAI-compatible endpoint; by default TaoToken, whose base URL has no `/v1`."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+
+    api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("TAOTOKEN_API_KEY", "IDFLOW_OPENAI_API_KEY"))
+    base_url: str = Field("https://taotoken.net/api",
+                          validation_alias=AliasChoices("TAOTOKEN_BASE_URL", "IDFLOW_OPENAI_BASE_URL"))
+    model: str | None = Field(None, validation_alias=AliasChoices("TAOTOKEN_MODEL", "IDFLOW_OPENAI_MODEL"))
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _strip_key(cls, v: object) -> object:
+        # Keys pasted from a console often carry a newline or spaces; the server then answers 401.
+        return v.strip() if isinstance(v, str) else v
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="IDFLOW_", env_file=".env", extra="ignore")
+
+    backend: Backend = "ocr"
+    concurrency: int = Field(4, ge=1, le=256, description="documents in flight at once")
+    batch_size: int = Field(16, ge=1, le=1024, description="documents per Prefect task")
+    flush_every: int = Field(500, ge=1, description="documents per Parquet file; a crash loses at most this many")
+    prepare: PrepareSettings = Field(default_factory=PrepareSettings)
+    openai: OpenAISettings = Field(default_factory=OpenAISettings)
+
+    @property
+    def model_name(self) -> str:
+        if self.backend == "ocr":
+            from pipeline.backends.ocr import MODEL_NAME
+
+            return MODEL_NAME
+        return self.openai.model or ""
+
+    def fingerprint(self) -> str:
+        """Hash of everything that can change a result; part of the idempotency key."""
+        material = {
+            "backend": self.backend,
+            "model": self.model_name,
+            "schema": hashlib.sha256(SCHEMA_PATH.read_bytes()).hexdigest(),
+            "prepare": self.prepare.model_dump(),
+        }
+        blob = json.dumps(material, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]

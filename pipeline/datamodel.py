@@ -1,0 +1,174 @@
+"""Typed objects passed between the stages: ingest -> prepare -> extract -> validate -> store.
+
+Every stage returns its own output type or a `Failure`; nothing is raised across a stage boundary for a
+bad document, so a run always finishes and `seen == results + failures + skipped` can be checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+Stage = Literal["ingest", "preprocess", "request", "parse", "validate"]
+FieldState = Literal["present", "absent", "unreadable"]
+FIELD_NAMES: tuple[str, ...] = ("name", "id_number", "expiry_date")
+
+
+class Reason(StrEnum):
+    """Stable failure reason codes: extend, never rename (they are stored in Parquet)."""
+
+    # ingest
+    UNSUPPORTED_TYPE = "unsupported_type"
+    EMPTY_FILE = "empty_file"
+    UNREADABLE = "unreadable"
+    TOO_MANY_PIXELS = "too_many_pixels"
+    SYMLINK_OUTSIDE_ROOT = "symlink_outside_root"
+    # preprocess
+    DECODE_ERROR = "decode_error"
+    TOO_SMALL = "too_small"
+    # request
+    TIMEOUT = "timeout"
+    RATE_LIMITED = "rate_limited"
+    SERVER_ERROR = "server_error"
+    ENDPOINT_UNAVAILABLE = "endpoint_unavailable"
+    AUTH_ERROR = "auth_error"
+    BAD_REQUEST = "bad_request"
+    # parse
+    NO_JSON = "no_json"
+    INVALID_JSON = "invalid_json"
+    # validate
+    SCHEMA_VIOLATION = "schema_violation"
+    CHECKSUM_FAILED = "checksum_failed"
+    INVALID_DATE = "invalid_date"
+    CROSS_CHECK_FAILED = "cross_check_failed"
+    NO_FIELDS_FOUND = "no_fields_found"
+
+
+RETRYABLE_REASONS: frozenset[Reason] = frozenset(
+    {Reason.TIMEOUT, Reason.RATE_LIMITED, Reason.SERVER_ERROR, Reason.ENDPOINT_UNAVAILABLE}
+)
+
+
+class SkipReason(StrEnum):
+    """Why an input was seen but deliberately not processed (counted, never silently dropped)."""
+
+    HIDDEN = "hidden"
+    IN_PROGRESS = "in_progress"
+    ALREADY_DONE = "already_done"
+    DUPLICATE_CONTENT = "duplicate_content"
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentRef:
+    """One page of one input file. `key` identifies it across runs (content hash + page)."""
+
+    path: Path
+    rel_path: str
+    sha256: str
+    page: int = 0
+    page_count: int = 1
+
+    @property
+    def key(self) -> str:
+        return f"{self.sha256}:{self.page}"
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    rel_path: str
+    reason: SkipReason
+    sha256: str | None = None
+    page: int | None = None
+
+
+@dataclass(slots=True)
+class Failure:
+    """A document that could not be turned into a record, with the stage and a stable reason code."""
+
+    rel_path: str
+    sha256: str | None
+    page: int | None
+    stage: Stage
+    reason: Reason
+    detail: str
+    attempts: int = 1
+    raw_response: str | None = None
+    backend: str | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.reason in RETRYABLE_REASONS
+
+    @classmethod
+    def for_ref(cls, ref: DocumentRef, stage: Stage, reason: Reason, detail: str, **kw: Any) -> Failure:
+        return cls(rel_path=ref.rel_path, sha256=ref.sha256, page=ref.page, stage=stage, reason=reason,
+                   detail=detail, **kw)
+
+
+@dataclass(slots=True)
+class PreparedImage:
+    """A page decoded, oriented upright and resized to the token budget, ready for any backend.
+
+    `pixels` is an RGB uint8 array of exactly `sent_size` (width, height); both sides are multiples of the
+    visual patch, so `visual_tokens` is what a Qwen3.5-class model will be charged for the image.
+    """
+
+    ref: DocumentRef
+    pixels: Any  # numpy.ndarray (H, W, 3) uint8 RGB
+    original_size: tuple[int, int]
+    sent_size: tuple[int, int]
+    rotation_applied: int  # degrees clockwise applied to make the page upright: 0/90/180/270
+    skew_corrected: float  # degrees of small-angle deskew applied
+    orientation: Literal["landscape", "portrait"]
+    visual_tokens: int
+    # Full-resolution upright page (before the budget resize) for backends that read small print
+    # better at native resolution (the embedded OCR). None when identical to `pixels`.
+    full_pixels: Any = None
+
+
+@dataclass(slots=True)
+class FieldReading:
+    """One field as read from the page: value (None unless present), state and confidence in [0, 1]."""
+
+    value: str | None
+    state: FieldState
+    confidence: float
+
+    @classmethod
+    def absent(cls) -> FieldReading:
+        return cls(None, "absent", 1.0)
+
+
+@dataclass(slots=True)
+class Extraction:
+    """What a backend read from one page, before validation. `fields` holds the schema keys."""
+
+    ref: DocumentRef
+    fields: dict[str, Any]
+    backend: str
+    model: str
+    field_states: dict[str, FieldReading] = field(default_factory=dict)
+    checks: list[str] = field(default_factory=list)  # checks the backend already passed (e.g. mrz.number)
+    check_failures: list[str] = field(default_factory=list)  # checks that failed, e.g. cross-checks
+    raw_response: str | None = None
+    endpoint: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    attempts: int = 1
+
+
+@dataclass(slots=True)
+class Record:
+    """A validated extraction plus everything the results table needs about how it was made."""
+
+    extraction: Extraction
+    prepared: PreparedImage
+    checks: list[str]
+    expiry_date: str | None  # ISO date or None
+    expiry_long_term: bool
+
+
+Outcome = Record | Failure

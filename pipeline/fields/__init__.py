@@ -1,0 +1,1 @@
+"""Pure field parsers and checks shared by every backend and by validation."""
