@@ -37,12 +37,33 @@ class PrepareSettings(BaseSettings):
 class OpenAISettings(BaseSettings):
     """An OpenAI-compatible endpoint; by default TaoToken, whose base URL has no `/v1`."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+    # populate_by_name: without it `OpenAISettings(base_url=...)` is silently ignored (extra="ignore").
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
     api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("TAOTOKEN_API_KEY", "IDFLOW_OPENAI_API_KEY"))
     base_url: str = Field("https://taotoken.net/api",
                           validation_alias=AliasChoices("TAOTOKEN_BASE_URL", "IDFLOW_OPENAI_BASE_URL"))
     model: str | None = Field(None, validation_alias=AliasChoices("TAOTOKEN_MODEL", "IDFLOW_OPENAI_MODEL"))
+    # Request behaviour of pipeline.backends.openai_compat (why each bound exists: a document never loops).
+    timeout_s: float = Field(60.0, gt=0, validation_alias="IDFLOW_OPENAI_TIMEOUT_S",
+                             description="per HTTP request")
+    max_attempts: int = Field(4, ge=1, le=10, validation_alias="IDFLOW_OPENAI_MAX_ATTEMPTS",
+                              description="HTTP attempts per request, first one included")
+    backoff_base_s: float = Field(0.5, ge=0, validation_alias="IDFLOW_OPENAI_BACKOFF_BASE_S")
+    backoff_max_s: float = Field(20.0, ge=0, validation_alias="IDFLOW_OPENAI_BACKOFF_MAX_S")
+    max_retry_after_s: float = Field(60.0, ge=0, validation_alias="IDFLOW_OPENAI_MAX_RETRY_AFTER_S",
+                                     description="a longer Retry-After fails the document as rate_limited")
+    breaker_threshold: int = Field(8, ge=1, validation_alias="IDFLOW_OPENAI_BREAKER_THRESHOLD",
+                                   description="consecutive endpoint failures that open the circuit")
+    breaker_cooldown_s: float = Field(30.0, ge=0, validation_alias="IDFLOW_OPENAI_BREAKER_COOLDOWN_S",
+                                      description="open circuit waits this long before one probe request")
+    max_tokens: int = Field(256, ge=16, le=4096, validation_alias="IDFLOW_OPENAI_MAX_TOKENS")
+    use_json_schema: bool = Field(True, validation_alias="IDFLOW_OPENAI_USE_JSON_SCHEMA",
+                                  description="send response_format json_schema (falls back when refused)")
+    prompt_lang: Literal["en", "zh"] = Field("en", validation_alias="IDFLOW_OPENAI_PROMPT_LANG")
+    price_prompt_per_mtok: float = Field(0.0, ge=0, validation_alias="IDFLOW_OPENAI_PRICE_PROMPT_PER_MTOK")
+    price_completion_per_mtok: float = Field(0.0, ge=0,
+                                             validation_alias="IDFLOW_OPENAI_PRICE_COMPLETION_PER_MTOK")
 
     @field_validator("api_key", mode="before")
     @classmethod

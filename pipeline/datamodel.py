@@ -11,7 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-Stage = Literal["ingest", "preprocess", "request", "parse", "validate"]
+Stage = Literal["ingest", "preprocess", "request", "parse", "validate", "internal"]
 FieldState = Literal["present", "absent", "unreadable"]
 FIELD_NAMES: tuple[str, ...] = ("name", "id_number", "expiry_date")
 
@@ -44,6 +44,8 @@ class Reason(StrEnum):
     INVALID_DATE = "invalid_date"
     CROSS_CHECK_FAILED = "cross_check_failed"
     NO_FIELDS_FOUND = "no_fields_found"
+    # internal: a bug in idflow, not in the document; recorded so the document is not lost
+    INTERNAL_ERROR = "internal_error"
 
 
 RETRYABLE_REASONS: frozenset[Reason] = frozenset(
@@ -58,6 +60,7 @@ class SkipReason(StrEnum):
     IN_PROGRESS = "in_progress"
     ALREADY_DONE = "already_done"
     DUPLICATE_CONTENT = "duplicate_content"
+    MARKER = "marker"  # upload-complete markers such as _READY
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,9 @@ class Extraction:
     completion_tokens: int = 0
     latency_ms: float = 0.0
     attempts: int = 1
+    # Extra clockwise rotation the backend found the page needed (the OCR keeps a 180° reading whose
+    # checksums pass); added to PreparedImage.rotation_applied in the results.
+    rotation_correction: int = 0
 
 
 @dataclass(slots=True)

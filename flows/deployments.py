@@ -1,0 +1,60 @@
+"""The deployment set served by `idflow serve`: `on-upload`, `nightly` and `retry-failures`.
+
+`deployments/prefect.yaml` declares the same three for `prefect deploy --all` with a process work pool; keep
+the two in step (names, parameters, trigger, schedules).
+"""
+
+from __future__ import annotations
+
+import os
+
+from prefect.deployments.runner import RunnerDeployment
+from prefect.events import DeploymentEventTrigger
+from prefect.schedules import Cron
+
+from flows.extract import extract_folder
+from flows.nightly import nightly
+from flows.retry import retry_failures
+from pipeline.watch import RESOURCE_PREFIX, UPLOAD_EVENT
+
+DEFAULT_TIMEZONE = "Asia/Shanghai"
+DEFAULT_NIGHTLY_CRON = "0 2 * * *"
+DEFAULT_RETRY_CRON = "0 6 * * *"
+
+
+def upload_trigger(out_dir: str, backend: str) -> DeploymentEventTrigger:
+    """Start `extract-folder` on `idflow.upload.ready` from `idflow watch`. `match` names our resources: the
+    default (empty) match would fire on any resource that ever emits an event of that name."""
+    return DeploymentEventTrigger(
+        name="idflow-upload-ready",
+        expect={UPLOAD_EVENT},
+        match={"prefect.resource.id": f"{RESOURCE_PREFIX}*"},
+        parameters={"input_dir": "{{ event.payload.path }}", "out_dir": out_dir, "backend": backend},
+    )
+
+
+def build_deployments(*, inbox: str, out_dir: str, backend: str, model: str,
+                      timezone: str | None = None, nightly_cron: str | None = None,
+                      retry_cron: str | None = None, max_attempts: int = 3) -> list[RunnerDeployment]:
+    """The three deployments, with absolute paths baked into their parameters (runs start in other processes).
+    Schedules default from IDFLOW_TIMEZONE / IDFLOW_NIGHTLY_CRON / IDFLOW_RETRY_CRON."""
+    tz = timezone or os.environ.get("IDFLOW_TIMEZONE", DEFAULT_TIMEZONE)
+    run_tags = ["idflow", f"backend:{backend}", f"model:{model}"]
+    return [
+        extract_folder.to_deployment(
+            name="on-upload", tags=[*run_tags, "on-upload"],
+            parameters={"out_dir": out_dir, "backend": backend},
+            triggers=[upload_trigger(out_dir, backend)],
+            description="One upload folder, started by idflow.upload.ready from `idflow watch`."),
+        nightly.to_deployment(
+            name="nightly", tags=[*run_tags, "nightly"], concurrency_limit=1,
+            parameters={"inbox": inbox, "out_dir": out_dir, "backend": backend},
+            schedules=[Cron(nightly_cron or os.environ.get("IDFLOW_NIGHTLY_CRON", DEFAULT_NIGHTLY_CRON),
+                            timezone=tz)],
+            description="Every complete upload folder not yet done, one child run each."),
+        retry_failures.to_deployment(
+            name="retry-failures", tags=[*run_tags, "retry"], concurrency_limit=1,
+            parameters={"out_dir": out_dir, "backend": backend, "max_attempts": max_attempts},
+            schedules=[Cron(retry_cron or os.environ.get("IDFLOW_RETRY_CRON", DEFAULT_RETRY_CRON), timezone=tz)],
+            description="Retry failure-queue entries with retryable reasons (request errors, endpoint down)."),
+    ]

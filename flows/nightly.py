@@ -1,0 +1,85 @@
+"""The `nightly` flow: every complete upload folder of the inbox not yet done, each as a child flow run.
+
+Children are `extract-folder` subflows (called from this flow), so the UI shows one nightly run with one child
+per folder, each with its own artifacts. A folder is marked done in `OUT/state/folders.json` only after its
+child finished with every document accounted for; a failed child leaves the folder for the next night and
+fails this run, so the morning view shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, tags
+from prefect.artifacts import acreate_markdown_artifact
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    FlowFilter,
+    FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType
+
+from flows.extract import extract_folder
+from pipeline.config import Settings
+from pipeline.inbox import Completion, FolderLedger, folder_key, nightly_markdown, plan_nightly
+from pipeline.masking import install_masking
+
+_UNFINISHED = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED]
+
+
+async def _folders_in_flight() -> set[str]:
+    """Folders an unfinished `extract-folder` run (e.g. an on-upload run) is working on right now; processing
+    them here too would extract the same documents twice in parallel."""
+    async with get_client() as client:
+        runs = await client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[extract_folder.name])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_UNFINISHED))))
+    return {folder_key(Path(r.parameters["input_dir"])) for r in runs if r.parameters.get("input_dir")}
+
+
+@flow(name="nightly", flow_run_name="nightly {inbox}", log_prints=False)
+async def nightly(inbox: str, out_dir: str, backend: str = "ocr", marker: str = "_READY",
+                  quiet_seconds: float | None = None, parallel_folders: int = 1) -> dict[str, Any]:
+    """Process each complete, not yet done upload folder under `inbox` into the shared dataset `out_dir`.
+
+    Complete = has `marker`, or (if `quiet_seconds` is set) unchanged that long with no partial files.
+    """
+    install_masking("prefect", "prefect.flow_runs", "prefect.task_runs")
+    logger = get_run_logger()
+    out = Path(out_dir)
+    ledger = FolderLedger.load(out)
+    plan = plan_nightly(Path(inbox), ledger, Completion(marker, quiet_seconds), await _folders_in_flight())
+    logger.info("nightly: %d folders to do, %d already done, %d in flight elsewhere, %d incomplete",
+                len(plan.todo), len(plan.already_done), len(plan.in_flight), len(plan.incomplete))
+    outcomes: dict[str, str] = {}
+    slots = asyncio.Semaphore(max(1, parallel_folders))
+    model = Settings(backend=backend).model_name
+
+    async def one(folder: Path) -> None:
+        async with slots:
+            with tags(f"backend:{backend}", f"model:{model}", "nightly"):
+                state = await extract_folder(str(folder), out_dir, backend=backend, return_state=True)
+        if not state.is_completed():
+            outcomes[folder_key(folder)] = f"child run {state.type.value.lower()}, left for the next run"
+            return
+        summary = await state.aresult()
+        if not summary["accounted"]:
+            outcomes[folder_key(folder)] = "documents unaccounted for, left for the next run"
+            return
+        ledger.mark_done(folder, summary["run_id"], via="nightly")
+        outcomes[folder_key(folder)] = (f"done: {summary['results']} results, {summary['failures']} failures, "
+                                        f"{summary['skipped']} skipped")
+
+    await asyncio.gather(*(one(f) for f in plan.todo))
+    await acreate_markdown_artifact(nightly_markdown(plan, outcomes), key="idflow-nightly-summary",
+                                    description="idflow nightly: what happened to each upload folder")
+    not_done = [f.name for f in plan.todo if not ledger.is_done(f)]
+    if not_done:
+        raise RuntimeError(f"{len(not_done)} upload folders were not finished; see the nightly artifact")
+    return {"done": [f.name for f in plan.todo], "already_done": [f.name for f in plan.already_done],
+            "in_flight": [f.name for f in plan.in_flight], "incomplete": [f.name for f in plan.incomplete]}

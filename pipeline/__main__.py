@@ -1,0 +1,5 @@
+"""`python -m pipeline` is the same as the `idflow` command."""
+
+from pipeline.cli import app
+
+app()

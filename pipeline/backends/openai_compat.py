@@ -1,0 +1,314 @@
+"""Extraction backend over any OpenAI-compatible chat-completions endpoint (TaoToken by default, or vLLM).
+
+One request per page: a text instruction plus the prepared page as a `data:image/jpeg;base64,` URL. Why the
+machinery around it: a hosted API throttles, times out and goes down, and a batch of 100k pages must neither
+hammer it nor loop. So: a semaphore bounds requests in flight, each request has a timeout and a bounded
+number of attempts (backoff with jitter, `Retry-After` honoured), errors that would repeat for every page
+(bad key, wrong path, unknown model) stop all sending at once, and a circuit breaker turns an outage into
+retryable failures instead of thousands of doomed calls. Every page ends as an `Extraction` or a `Failure`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+import openai
+from PIL import Image
+
+from pipeline.backends.answer_parsing import AnswerError, parse_answer
+from pipeline.backends.http_errors import RequestError, classify, public_url, redact
+from pipeline.config import SCHEMA_PATH, OpenAISettings
+from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
+from pipeline.prompts import load_prompt, repair_prompt
+from pipeline.validate import field_errors, schema_errors, semantic_problems
+
+log = logging.getLogger(__name__)
+
+RAW_LIMIT = 2000  # characters of a bad answer kept in the failure queue
+JPEG_QUALITY = 90
+
+
+def encode_jpeg(pixels: Any, quality: int = JPEG_QUALITY) -> bytes:
+    """JPEG bytes of an RGB uint8 array; the data URL below always declares image/jpeg to match."""
+    buffer = io.BytesIO()
+    Image.fromarray(pixels, mode="RGB").save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def jpeg_data_url(jpeg: bytes) -> str:
+    return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
+
+
+def user_message(text: str, image_url: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text},
+                                        {"type": "image_url", "image_url": {"url": image_url}}]}
+
+
+@lru_cache(maxsize=1)
+def response_format() -> dict[str, Any]:
+    """`response_format` built from the project schema (meta keys dropped: some providers reject them)."""
+    schema = {k: v for k, v in json.loads(SCHEMA_PATH.read_text(encoding="utf-8")).items()
+              if k not in ("$schema", "$id")}
+    return {"type": "json_schema", "json_schema": {"name": "id_document", "strict": True, "schema": schema}}
+
+
+def make_client(settings: OpenAISettings) -> openai.AsyncOpenAI:
+    """The SDK client with its own retries off: retries, backoff and the breaker live here, bounded."""
+    if settings.api_key is None:
+        raise ValueError("TAOTOKEN_API_KEY is not set (environment or .env); for a keyless local server "
+                         "set any value, e.g. EMPTY")
+    return openai.AsyncOpenAI(
+        api_key=settings.api_key.get_secret_value(),
+        base_url=settings.base_url,
+        max_retries=0,
+        timeout=openai.Timeout(settings.timeout_s, connect=min(10.0, settings.timeout_s)),
+    )
+
+
+class CircuitBreaker:
+    """Opens after `threshold` consecutive endpoint failures; after `cooldown` lets one probe through.
+
+    Why: when the endpoint is down, every further request only adds load and latency; pages routed to the
+    failure queue as `endpoint_unavailable` (retryable) are picked up by a later run.
+    """
+
+    def __init__(self, threshold: int, cooldown_s: float) -> None:
+        self.threshold = threshold
+        self.cooldown_s = cooldown_s
+        self.consecutive = 0
+        self._opened_at: float | None = None
+        self._probing = False
+
+    def allow(self) -> bool:
+        if self._opened_at is None:
+            return True
+        if self._probing or time.monotonic() - self._opened_at < self.cooldown_s:
+            return False
+        self._probing = True
+        return True
+
+    def record_success(self) -> None:
+        if self._opened_at is not None:
+            log.info("endpoint answered again; circuit closed")
+        self.consecutive, self._opened_at, self._probing = 0, None, False
+
+    def record_failure(self) -> None:
+        self.consecutive += 1
+        if self._probing or (self._opened_at is None and self.consecutive >= self.threshold):
+            if self._opened_at is None:
+                log.warning("circuit opened after %d consecutive endpoint failures", self.consecutive)
+            self._opened_at, self._probing = time.monotonic(), False
+
+
+@dataclass(slots=True)
+class _Ledger:
+    """What one page cost, summed over its attempts (repair included)."""
+
+    attempts: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """A parsed and validated answer: `errors` empty means usable."""
+
+    fields: dict[str, Any]
+    errors: list[str]
+    reason: Reason | None
+
+
+class OpenAICompatBackend:
+    """`ExtractionBackend` over an OpenAI-compatible endpoint; see the module docstring for the policy."""
+
+    def __init__(self, settings: OpenAISettings, *, concurrency: int, name: str = "openai",
+                 client: openai.AsyncOpenAI | None = None) -> None:
+        if not settings.model:
+            raise ValueError("TAOTOKEN_MODEL is not set: use the model id shown by the provider")
+        self.name = name
+        self.settings = settings
+        self.model = settings.model
+        self.endpoint = public_url(settings.base_url)
+        self.concurrency = concurrency
+        self._client = client or make_client(settings)
+        self._secret = settings.api_key.get_secret_value() if settings.api_key else ""
+        self._slots = asyncio.Semaphore(concurrency)
+        self._breaker = CircuitBreaker(settings.breaker_threshold, settings.breaker_cooldown_s)
+        self._json_schema = settings.use_json_schema  # switched off for good once the endpoint refuses it
+        self._fatal: RequestError | None = None
+        self._prompt = load_prompt(settings.prompt_lang)
+        self._rng = random.Random()
+
+    @property
+    def json_schema_enabled(self) -> bool:
+        """False once the endpoint refused `response_format` (answers then rely on the instruction only)."""
+        return self._json_schema
+
+    async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
+        """One result per page, in input order. Workers pull pages so only `concurrency` are encoded at once."""
+        results: list[Extraction | Failure | None] = [None] * len(batch)
+        pending = iter(range(len(batch)))
+
+        async def worker() -> None:
+            for i in pending:
+                results[i] = await self._extract_guarded(batch[i])
+
+        await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(batch)))))
+        done = [r for r in results if r is not None]
+        assert len(done) == len(batch), "every page must end as an Extraction or a Failure"
+        return done
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def _extract_guarded(self, page: PreparedImage) -> Extraction | Failure:
+        try:
+            return await self._extract_one(page)
+        except Exception as exc:  # a bug must cost one page, not the batch
+            log.exception("unexpected error extracting page %s", page.ref.sha256[:12])
+            return Failure.for_ref(page.ref, "request", Reason.BAD_REQUEST,
+                                   self._scrub(f"internal error: {type(exc).__name__}: {exc}"), backend=self.name)
+
+    async def _extract_one(self, page: PreparedImage) -> Extraction | Failure:
+        ledger = _Ledger()
+        try:
+            jpeg = await asyncio.to_thread(encode_jpeg, page.pixels)
+        except (ValueError, TypeError, OSError) as exc:
+            return Failure.for_ref(page.ref, "request", Reason.BAD_REQUEST, f"cannot encode the page as JPEG: "
+                                   f"{exc}", attempts=0, backend=self.name)
+        messages = [user_message(self._prompt, jpeg_data_url(jpeg))]
+        answer = await self._complete(messages, ledger)
+        if isinstance(answer, RequestError):
+            return self._request_failure(page, answer, ledger)
+        verdict = self._judge(answer)
+        if verdict.errors:
+            # One repair turn: the model sees its answer and the exact problems. Never more (bounded cost).
+            log.debug("repairing page %s: %d problem(s)", page.ref.sha256[:12], len(verdict.errors))
+            messages += [{"role": "assistant", "content": answer},
+                         {"role": "user", "content": repair_prompt(verdict.errors, self.settings.prompt_lang)}]
+            answer = await self._complete(messages, ledger)
+            if isinstance(answer, RequestError):
+                return self._request_failure(page, answer, ledger)
+            verdict = self._judge(answer)
+        if verdict.errors:
+            assert verdict.reason is not None
+            stage = "parse" if verdict.reason in (Reason.NO_JSON, Reason.INVALID_JSON) else "validate"
+            return Failure.for_ref(page.ref, stage, verdict.reason, "; ".join(verdict.errors)[:1000],
+                                   attempts=ledger.attempts, raw_response=self._scrub(answer)[:RAW_LIMIT],
+                                   backend=self.name)
+        return Extraction(ref=page.ref, fields=verdict.fields, backend=self.name, model=self.model,
+                          raw_response=self._scrub(answer), endpoint=self.endpoint,
+                          prompt_tokens=ledger.prompt_tokens, completion_tokens=ledger.completion_tokens,
+                          latency_ms=round(ledger.latency_ms, 1), attempts=ledger.attempts)
+
+    @staticmethod
+    def _judge(answer: str) -> _Verdict:
+        try:
+            fields = parse_answer(answer)
+        except AnswerError as exc:
+            return _Verdict({}, [f"the answer is not a JSON object ({exc.detail})"], exc.reason)
+        errors = field_errors(fields)
+        if not errors:
+            return _Verdict(fields, [], None)
+        problems = [] if schema_errors(fields) else semantic_problems(fields)
+        return _Verdict(fields, errors, problems[0][0] if problems else Reason.SCHEMA_VIOLATION)
+
+    def _request_failure(self, page: PreparedImage, error: RequestError, ledger: _Ledger) -> Failure:
+        return Failure.for_ref(page.ref, "request", error.reason, error.diagnosis,
+                               attempts=ledger.attempts, backend=self.name)
+
+    async def _complete(self, messages: list[dict[str, Any]], ledger: _Ledger) -> str | RequestError:
+        """The answer text, after at most `max_attempts` failed HTTP attempts (plus, once, the same request
+        without `response_format`); or the error that ended them."""
+        error: RequestError | None = None
+        allow_schema = True
+        failures = 0
+        while True:
+            if self._fatal is not None:
+                return self._fatal
+            if not self._breaker.allow():
+                return RequestError(Reason.ENDPOINT_UNAVAILABLE, f"not sent: circuit open after "
+                                    f"{self._breaker.consecutive} consecutive failures of {self.endpoint}"
+                                    + (f" (last: {error.diagnosis})" if error else ""), retryable=True)
+            use_schema = self._json_schema and allow_schema
+            reply = await self._send(messages, use_schema, ledger)
+            if isinstance(reply, str):
+                self._breaker.record_success()
+                if not allow_schema:
+                    self._disable_json_schema()
+                return reply
+            error = reply
+            self._record(error)
+            if error.status == 400 and use_schema:
+                allow_schema = False  # maybe the endpoint refuses response_format: try once without it
+                continue
+            failures += 1
+            if error.fatal:
+                if self._fatal is None:
+                    log.error("stopping all requests: %s", error.diagnosis)
+                    self._fatal = RequestError(error.reason, f"not sent: {error.detail}", error.status, error.fix,
+                                               fatal=True)
+                return error
+            if not error.retryable or failures >= self.settings.max_attempts:
+                return error
+            if error.retry_after is not None and error.retry_after > self.settings.max_retry_after_s:
+                return RequestError(error.reason, f"{error.detail} (server asked to wait "
+                                    f"{error.retry_after:.0f} s; over the {self.settings.max_retry_after_s:.0f} s "
+                                    "limit)", error.status, error.fix, retryable=True)
+            await asyncio.sleep(self._backoff(failures, error.retry_after))
+
+    async def _send(self, messages: list[dict[str, Any]], use_schema: bool, ledger: _Ledger) -> str | RequestError:
+        """One HTTP attempt inside a concurrency slot; the answer text or the classified error."""
+        extra: dict[str, Any] = {"response_format": response_format()} if use_schema else {}
+        async with self._slots:
+            ledger.attempts += 1
+            started = time.perf_counter()
+            try:
+                response = await self._client.chat.completions.create(
+                    model=self.model, messages=messages, temperature=0,  # type: ignore[arg-type]
+                    max_tokens=self.settings.max_tokens, **extra)
+            except openai.OpenAIError as exc:
+                error = classify(exc, base_url=self.endpoint, model=self.model, secret=self._secret)
+                log.debug("attempt failed: %s", error.diagnosis)
+                return error
+            finally:
+                ledger.latency_ms += (time.perf_counter() - started) * 1000
+        if response.usage is not None:
+            ledger.prompt_tokens += response.usage.prompt_tokens or 0
+            ledger.completion_tokens += response.usage.completion_tokens or 0
+        content = response.choices[0].message.content if response.choices else None
+        return content or ""
+
+    def _record(self, error: RequestError) -> None:
+        """Breaker bookkeeping: any HTTP answer but a 5xx (a 429 included) proves the endpoint is alive."""
+        if error.endpoint_down:
+            self._breaker.record_failure()
+        else:
+            self._breaker.record_success()
+
+    def _disable_json_schema(self) -> None:
+        if self._json_schema:
+            self._json_schema = False
+            log.warning("%s refused response_format json_schema (HTTP 400); using the instruction only from now",
+                        self.endpoint)
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Exponential backoff with equal jitter; never shorter than the server's `Retry-After`."""
+        ceiling = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
+        delay = ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+        if retry_after is not None:
+            delay = max(delay, retry_after + self._rng.uniform(0, self.settings.backoff_base_s))
+        return delay
+
+    def _scrub(self, text: str) -> str:
+        return redact(text, self._secret)

@@ -1,0 +1,159 @@
+"""The `idflow` command. Thin: it checks configuration, then hands over to the flow or to library functions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pipeline import progress
+from pipeline.config import Settings
+from pipeline.report import SAMPLE_COLUMNS, masked_rows
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scanned identity documents in, validated records out.")
+console = Console()
+
+CONFIG_ERROR = 2
+
+
+def config_error(message: str) -> typer.Exit:
+    console.print(f"[red]configuration error:[/red] {message}")
+    return typer.Exit(CONFIG_ERROR)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from environment/.env plus CLI overrides; a bad value is a configuration error (exit 2)."""
+    try:
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise config_error(str(exc)) from None
+    if settings.backend == "openai":
+        if settings.openai.api_key is None or not settings.openai.api_key.get_secret_value():
+            raise config_error("TAOTOKEN_API_KEY is not set (environment or .env)")
+        if not settings.openai.model:
+            raise config_error("TAOTOKEN_MODEL is not set: use the model id shown in the provider console")
+    if settings.backend == "vllm":
+        raise config_error("the vllm backend is not available yet; use --backend openai with a vLLM base URL")
+    return settings
+
+
+@app.command()
+def run(
+    input_dir: Annotated[Path, typer.Argument(help="folder of scans (searched recursively)")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="output folder for Parquet results")] = Path("out"),
+    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(help="documents in flight at once")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="documents per Prefect task")] = None,
+    force: Annotated[bool, typer.Option(help="redo documents already done with the same settings")] = False,
+) -> None:
+    """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for."""
+    if not input_dir.is_dir():
+        raise config_error(f"input folder {input_dir} does not exist or is not a folder")
+    settings = load_settings(backend=backend, concurrency=concurrency, batch_size=batch_size)
+    from flows.extract import extract_folder
+
+    with Progress(TextColumn("[bold]extracting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task_id = bar.add_task("docs", total=None)
+        with progress.listening(lambda done, total: bar.update(task_id, completed=done, total=total)):
+            summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
+                                                 concurrency=settings.concurrency,
+                                                 batch_size=settings.batch_size, force=force))
+    print_summary(summary)
+    show_rows(out, run_id=summary["run_id"])
+    raise typer.Exit(0 if summary["accounted"] else 1)
+
+
+def print_summary(summary: dict) -> None:
+    table = Table(title=f"run {summary['run_id']} ({summary['backend']})")
+    for col in ("seen", "results", "failures", "skipped"):
+        table.add_column(col, justify="right")
+    table.add_row(*(str(summary[c]) for c in ("seen", "results", "failures", "skipped")))
+    console.print(table)
+    verdict = "[green]yes[/green]" if summary["accounted"] else "[red]NO[/red]"
+    console.print(f"seen = results + failures + skipped: {verdict}")
+    for reason, n in sorted(summary["failures_by_reason"].items()):
+        console.print(f"  failure {reason}: {n}")
+    console.print(f"{summary['docs_per_s']} documents/s over {summary['elapsed_s']} s; "
+                  f"visual tokens {summary['visual_tokens']}, prompt/completion tokens "
+                  f"{summary['prompt_tokens']}/{summary['completion_tokens']}")
+
+
+def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
+    from pipeline.store import FAILURES, RESULTS, read_table
+
+    results = read_table(out, RESULTS, run_id=run_id)
+    if results is not None:
+        rows = masked_rows(results.to_pylist(), SAMPLE_COLUMNS, limit)
+        table = Table(title=f"results ({results.num_rows} rows, ID numbers masked)")
+        for col in SAMPLE_COLUMNS:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*("" if row[c] is None else str(row[c]) for c in SAMPLE_COLUMNS))
+        console.print(table)
+    failures = read_table(out, FAILURES, ["source_path", "page", "stage", "reason", "detail"], run_id=run_id)
+    if failures is not None and failures.num_rows:
+        table = Table(title=f"failure queue ({failures.num_rows} rows)")
+        for col in failures.column_names:
+            table.add_column(col)
+        for row in failures.to_pylist()[:limit]:
+            table.add_row(*("" if v is None else str(v)[:80] for v in row.values()))
+        console.print(table)
+
+
+@app.command()
+def show(out: Annotated[Path, typer.Argument(help="output folder of a previous run")] = Path("out")) -> None:
+    """Print the latest run summary and the first rows of the results and the failure queue."""
+    from pipeline.store import latest_run_summary
+
+    summary = latest_run_summary(out)
+    if summary is None:
+        raise config_error(f"no idflow run found in {out}")
+    print_summary(summary)
+    show_rows(out)
+
+
+@app.command("eval")
+def eval_(
+    manifest: Annotated[Path, typer.Argument(help="ground-truth manifest (JSON list with path and fields)")],
+    out_dir: Annotated[Optional[Path], typer.Argument(help="where to write report.json")] = None,
+    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(help="documents in flight at once")] = None,
+) -> None:
+    """Field accuracy, per-condition accuracy, invented values and auto-accept precision on a manifest."""
+    from pipeline.evaluation import evaluate, load_manifest
+
+    if not manifest.is_file():
+        raise config_error(f"manifest {manifest} not found")
+    settings = load_settings(backend=backend, concurrency=concurrency)
+    report = asyncio.run(evaluate(load_manifest(manifest), settings))
+    data = report.as_dict()
+    console.print(f"[bold]{data['documents']} documents, {data['fields_correct']}/{data['fields_total']} fields "
+                  f"right = {data['accuracy']:.1%}; invented where absent: {data['invented_where_absent']}")
+    for title, rows in (("per field", data["per_field"].items()),
+                        ("per condition", ((c, f"{v['accuracy']:.1%} of {v['documents']} docs")
+                                           for c, v in data["per_condition"].items()))):
+        table = Table(title=title)
+        table.add_column("")
+        table.add_column("accuracy", justify="right")
+        for k, v in rows:
+            table.add_row(k, v if isinstance(v, str) else f"{v:.1%}")
+        console.print(table)
+    table = Table(title="auto-accept: documents with every field's confidence >= threshold")
+    for col in ("threshold", "accepted", "precision"):
+        table.add_column(col, justify="right")
+    for row in data["auto_accept"]:
+        table.add_row(f"{row['threshold']:.2f}", str(row["accepted"]), f"{row['precision']:.1%}")
+    console.print(table)
+    for miss in data["misses"][:30]:
+        console.print(f"  miss: {miss}")
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "report.json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -1,0 +1,102 @@
+"""`idflow serve` and `idflow watch`: the operations commands, registered onto the `idflow` app.
+
+Both need a real Prefect server (`PREFECT_API_URL`): without it every process starts its own ephemeral
+server, which has no scheduler and no trigger evaluation, so nothing would ever run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.inbox import DEFAULT_MARKER, Completion
+
+InboxOption = Annotated[Optional[Path], typer.Option("--inbox", envvar="IDFLOW_INBOX",
+                                                     help="upload root: one subfolder per upload")]
+
+
+def _require_server() -> str:
+    from prefect.settings import PREFECT_API_URL
+
+    from pipeline.cli import config_error
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        raise config_error("PREFECT_API_URL is not set: start `prefect server start` and "
+                           "`prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`")
+    return url
+
+
+def _existing_dir(path: Optional[Path], what: str) -> Path:
+    from pipeline.cli import config_error
+
+    if path is None:
+        raise config_error(f"no {what} given (option or IDFLOW_INBOX)")
+    if not path.is_dir():
+        raise config_error(f"{what} {path} does not exist or is not a folder")
+    return path.resolve()
+
+
+def serve(
+    inbox: InboxOption = None,
+    out: Annotated[Path, typer.Option("--out", "-o", envvar="IDFLOW_OUT",
+                                      help="shared output dataset of all runs")] = Path("out"),
+    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm")] = None,
+    request_limit: Annotated[int, typer.Option(
+        min=1, help="model requests in flight across all runs (global concurrency limit, created if missing)")] = 8,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="flow runs at once in this process")] = None,
+) -> None:
+    """Serve the on-upload, nightly and retry-failures deployments from this process (no work pool needed)."""
+    from prefect import serve as prefect_serve
+
+    from flows.deployments import build_deployments
+    from flows.limits import ensure_request_limit, request_limit_name
+    from pipeline.cli import config_error, console, load_settings
+
+    settings = load_settings(backend=backend)
+    root = _existing_dir(inbox, "inbox")
+    if request_limit < settings.concurrency:
+        raise config_error(f"--request-limit {request_limit} is below IDFLOW_CONCURRENCY {settings.concurrency}: "
+                           "a batch could never get its slots")
+    api = _require_server()
+    out_dir = out.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    created = asyncio.run(ensure_request_limit(settings.backend, request_limit))
+    console.print(f"concurrency limit {request_limit_name(settings.backend)}: "
+                  f"{'created with ' + str(request_limit) + ' slots' if created else 'exists, left as is'}")
+    console.print(f"serving on-upload, nightly, retry-failures against {api}: inbox {root}, output {out_dir}")
+    prefect_serve(*build_deployments(inbox=str(root), out_dir=str(out_dir), backend=settings.backend,
+                                     model=settings.model_name), limit=limit)
+
+
+def watch(
+    root: Annotated[Optional[Path], typer.Argument(envvar="IDFLOW_INBOX",
+                                                   help="upload root (default: IDFLOW_INBOX)")] = None,
+    marker: Annotated[str, typer.Option(help="file that marks an upload folder complete")] = DEFAULT_MARKER,
+    quiet: Annotated[Optional[float], typer.Option(
+        min=1, help="also complete after this many seconds without change (default: marker only)")] = None,
+    state: Annotated[Optional[Path], typer.Option(help="state file (default: ROOT/.idflow-watch.json)")] = None,
+) -> None:
+    """Emit `idflow.upload.ready` once per complete upload folder under ROOT (marker or quiet period)."""
+    from pipeline.watch import UploadWatcher, prefect_emitter, run
+
+    folder = _existing_dir(root, "upload root")
+    _require_server()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    watcher = UploadWatcher(folder, prefect_emitter, Completion(marker, quiet), state_path=state)
+    typer.echo(f"watching {folder} for complete upload folders (marker {marker}"
+               f"{f', or {quiet:g} s quiet' if quiet else ''}); state in {watcher.state_path}")
+    try:
+        run(watcher)
+    except KeyboardInterrupt:
+        pass
+
+
+def register(app: typer.Typer) -> None:
+    """Add `serve` and `watch` to the `idflow` app (called from pipeline/cli.py)."""
+    app.command()(serve)
+    app.command()(watch)

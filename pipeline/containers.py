@@ -1,0 +1,204 @@
+"""Input containers: what a file really is, how many pages it holds, and one page decoded as a PIL image.
+
+Why sniff magic bytes: scans arrive renamed by people and scanners (a PNG called `.jpg`, a text file called
+`.jpg`); the extension is a hint, the first bytes are the truth. Why check the declared size before decoding: a
+few hundred bytes of PNG can declare a 100k x 100k image, and decoding it would take the whole machine down.
+
+Every problem raises one exception type, `ContainerError`, carrying a stable `Reason` so the caller turns it
+into a `Failure` without string matching. Container-level problems (the file cannot be identified or opened)
+are `empty_file` / `unsupported_type` / `unreadable` / `too_many_pixels`; a header that parses but whose pixel
+data does not (truncated or corrupt stream) is `decode_error`.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from enum import StrEnum
+from pathlib import Path
+
+import pypdfium2 as pdfium
+from PIL import Image, ImageOps
+
+from pipeline.config import PrepareSettings
+from pipeline.datamodel import Reason
+
+_SNIFF_BYTES = 1024  # PDF allows junk before "%PDF-" within the first 1 KiB
+_PDF_POINTS_PER_INCH = 72.0
+
+# pdfium is not thread-safe: every call into it (open, count, render, close) goes through this lock.
+_PDFIUM_LOCK = threading.Lock()
+
+
+class ContainerError(Exception):
+    """A document that cannot be turned into pixels, with a stable reason code and a human detail."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class Kind(StrEnum):
+    """Container types we accept; the value is Pillow's format name (PDF goes through pdfium instead)."""
+
+    JPEG = "JPEG"
+    PNG = "PNG"
+    TIFF = "TIFF"
+    BMP = "BMP"
+    WEBP = "WEBP"
+    PDF = "PDF"
+
+
+def sniff(path: Path) -> Kind:
+    """The real container type from the file's first bytes; raises for empty or unknown files."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError as e:
+        raise ContainerError(Reason.UNREADABLE, f"cannot read file: {e}") from e
+    if not head:
+        raise ContainerError(Reason.EMPTY_FILE, "file is 0 bytes")
+    kind = _kind_from_magic(head)
+    if kind is None:
+        raise ContainerError(Reason.UNSUPPORTED_TYPE, f"unknown magic bytes {head[:8]!r}")
+    return kind
+
+
+def _kind_from_magic(head: bytes) -> Kind | None:
+    if head.startswith(b"\xff\xd8\xff"):
+        return Kind.JPEG
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return Kind.PNG
+    if head[:4] in (b"II*\x00", b"MM\x00*"):
+        return Kind.TIFF
+    if head.startswith(b"BM"):
+        return Kind.BMP
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return Kind.WEBP
+    if b"%PDF-" in head:
+        return Kind.PDF
+    return None
+
+
+def page_count(path: Path, settings: PrepareSettings | None = None) -> int:
+    """Pages in the file: every frame of a multi-page TIFF, every PDF page, 1 for other images.
+
+    Opening the header here (not only sniffing) lets ingest reject unreadable files and bombs up front.
+    """
+    settings = settings or PrepareSettings()
+    kind = sniff(path)
+    if kind is Kind.PDF:
+        return _pdf_page_count(path)
+    with _open_image(path, kind, settings) as im:
+        # Only TIFF frames are pages; the frames of an animated PNG/WebP are not separate documents.
+        return getattr(im, "n_frames", 1) if kind is Kind.TIFF else 1
+
+
+def open_page(path: Path, page: int, settings: PrepareSettings) -> Image.Image:
+    """Page `page` (0-based) decoded into memory, as a viewer shows it (EXIF orientation applied).
+
+    PDF pages are rendered at `settings.pdf_dpi`. Pixel mode is left as stored (CMYK, I;16, P, ...).
+    """
+    kind = sniff(path)
+    if kind is Kind.PDF:
+        return _render_pdf_page(path, page, settings)
+    with _open_image(path, kind, settings) as im:
+        _seek(im, page)
+        _check_pixels(im.size, settings)
+        return _decode(im)
+
+
+def _open_image(path: Path, kind: Kind, settings: PrepareSettings) -> Image.Image:
+    """Parse the header only (Pillow is lazy) restricted to the sniffed format, and check the declared size."""
+    try:
+        with warnings.catch_warnings():
+            # Our own cap below decides; Pillow's warning band (89M-179M px) would just be noise.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(path, formats=[kind.value])
+    except Image.DecompressionBombError as e:
+        raise ContainerError(Reason.TOO_MANY_PIXELS, str(e)) from e
+    except Exception as e:  # noqa: BLE001 - any parser failure on a header means the same thing
+        raise ContainerError(Reason.UNREADABLE, f"cannot parse {kind} header: {e}") from e
+    try:
+        _check_pixels(im.size, settings)
+    except ContainerError:
+        im.close()
+        raise
+    return im
+
+
+def _seek(im: Image.Image, page: int) -> None:
+    try:
+        im.seek(page)
+    except (EOFError, ValueError) as e:
+        raise ContainerError(Reason.UNREADABLE, f"page {page} not in file: {e}") from e
+
+
+def _check_pixels(size: tuple[int, int], settings: PrepareSettings) -> None:
+    w, h = size
+    if w * h > settings.max_input_pixels:
+        raise ContainerError(Reason.TOO_MANY_PIXELS,
+                             f"declared {w}x{h} = {w * h} px > max_input_pixels {settings.max_input_pixels}")
+
+
+def _decode(im: Image.Image) -> Image.Image:
+    """Force the pixel decode; a truncated or corrupt stream raises instead of yielding grey padding."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im.load()
+    except Image.DecompressionBombError as e:
+        raise ContainerError(Reason.TOO_MANY_PIXELS, str(e)) from e
+    except Exception as e:  # noqa: BLE001 - decoders raise OSError, SyntaxError, ValueError, zlib.error...
+        raise ContainerError(Reason.DECODE_ERROR, f"cannot decode {im.format} data: {e}") from e
+    return _upright_copy(im)
+
+
+def _upright_copy(im: Image.Image) -> Image.Image:
+    """A detached copy (the caller's `with` closes the file) turned as the EXIF Orientation tag says.
+
+    Done here, not later, because TIFF keeps its tags in the file: after the file closes they are gone.
+    """
+    try:
+        return ImageOps.exif_transpose(im)
+    except Exception:  # noqa: BLE001 - a broken EXIF block must not cost us a readable page
+        return im.copy()
+
+
+def _open_pdf(path: Path) -> pdfium.PdfDocument:
+    try:
+        return pdfium.PdfDocument(path)
+    except pdfium.PdfiumError as e:
+        raise ContainerError(Reason.UNREADABLE, f"cannot open PDF: {e}") from e
+
+
+def _pdf_page_count(path: Path) -> int:
+    with _PDFIUM_LOCK:
+        doc = _open_pdf(path)
+        try:
+            n = len(doc)
+        finally:
+            doc.close()
+    if n < 1:
+        raise ContainerError(Reason.UNREADABLE, "PDF has no pages")
+    return n
+
+
+def _render_pdf_page(path: Path, page: int, settings: PrepareSettings) -> Image.Image:
+    scale = settings.pdf_dpi / _PDF_POINTS_PER_INCH
+    with _PDFIUM_LOCK:
+        doc = _open_pdf(path)
+        try:
+            if not 0 <= page < len(doc):
+                raise ContainerError(Reason.UNREADABLE, f"page {page} not in PDF of {len(doc)} pages")
+            pdf_page = doc[page]
+            w_pt, h_pt = pdf_page.get_size()
+            _check_pixels((round(w_pt * scale), round(h_pt * scale)), settings)
+            try:
+                bitmap = pdf_page.render(scale=scale, may_draw_forms=True)
+            except pdfium.PdfiumError as e:
+                raise ContainerError(Reason.DECODE_ERROR, f"cannot render PDF page {page}: {e}") from e
+            return bitmap.to_pil().copy()  # copy: the bitmap buffer dies with the document
+        finally:
+            doc.close()

@@ -1,0 +1,162 @@
+"""Accuracy evaluation against a ground-truth manifest, through the same stages a run uses (no Prefect).
+
+Manifests are JSON lists of items with `path` (relative to the manifest's folder), optional `page`, the
+truth for `name`, `id_number`, `expiry_date` (ISO date, "long-term" or null) and optional `condition`.
+Items with `expect_failure` / `expect_skip` (bad files in data/sample) are not field-scored here.
+A field whose truth is null and that comes back non-null is counted as *invented*: the worst error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import unicodedata
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Settings
+from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
+from pipeline.ingest import sha256_file
+from pipeline.runner import make_backend, process_document
+
+THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    path: Path
+    rel_path: str
+    page: int
+    truth: dict[str, Any]
+    condition: str
+
+
+def load_manifest(manifest: Path) -> list[EvalItem]:
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    items = data["items"] if isinstance(data, dict) else data
+    return [
+        EvalItem(path=manifest.parent / it["path"], rel_path=it["path"], page=int(it.get("page") or 0),
+                 truth={k: it.get(k) for k in FIELD_NAMES}, condition=it.get("condition") or "clean")
+        for it in items
+        if "expect_failure" not in it and "expect_skip" not in it
+    ]
+
+
+def normalise(field_name: str, value: Any) -> str | None:
+    """Compare by meaning: names ignore case, accents, fillers and spacing; numbers ignore case/spaces."""
+    if value is None:
+        return None
+    text = str(value)
+    if field_name == "name":
+        text = unicodedata.normalize("NFKD", text.replace("<", " "))
+        text = "".join(c for c in text if not unicodedata.combining(c))
+        return " ".join(text.casefold().split())
+    if field_name == "id_number":
+        return "".join(text.upper().split())
+    return text.strip()
+
+
+@dataclass
+class ItemResult:
+    item: EvalItem
+    predicted: dict[str, Any]
+    correct: dict[str, bool]
+    invented: list[str]
+    confidence: float
+    failure: str | None
+
+
+def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
+    if isinstance(outcome, Record):
+        fields = outcome.extraction.fields
+        predicted = {k: fields.get(k) for k in FIELD_NAMES}
+        states = outcome.extraction.field_states
+        confidence = min((states[k].confidence for k in FIELD_NAMES if k in states), default=1.0)
+        failure = None
+    else:
+        predicted, confidence, failure = dict.fromkeys(FIELD_NAMES), 0.0, f"{outcome.stage}/{outcome.reason}"
+    correct = {k: normalise(k, predicted[k]) == normalise(k, item.truth[k]) for k in FIELD_NAMES}
+    invented = [k for k in FIELD_NAMES if item.truth[k] is None and predicted[k] is not None]
+    return ItemResult(item, predicted, correct, invented, confidence, failure)
+
+
+@dataclass
+class EvalReport:
+    results: list[ItemResult] = field(default_factory=list)
+
+    @property
+    def fields_total(self) -> int:
+        return len(self.results) * len(FIELD_NAMES)
+
+    @property
+    def fields_correct(self) -> int:
+        return sum(sum(r.correct.values()) for r in self.results)
+
+    @property
+    def accuracy(self) -> float:
+        return self.fields_correct / self.fields_total if self.results else 0.0
+
+    @property
+    def invented(self) -> int:
+        return sum(len(r.invented) for r in self.results)
+
+    def per_field(self) -> dict[str, float]:
+        n = max(len(self.results), 1)
+        return {k: sum(r.correct[k] for r in self.results) / n for k in FIELD_NAMES}
+
+    def per_condition(self) -> dict[str, tuple[int, float]]:
+        groups: dict[str, list[ItemResult]] = defaultdict(list)
+        for r in self.results:
+            groups[r.item.condition].append(r)
+        return {c: (len(rs), sum(sum(r.correct.values()) for r in rs) / (len(rs) * len(FIELD_NAMES)))
+                for c, rs in sorted(groups.items())}
+
+    def auto_accept(self) -> list[tuple[float, int, float]]:
+        """(threshold, documents accepted, precision = share of accepted documents with every field right)."""
+        rows = []
+        for t in THRESHOLDS:
+            accepted = [r for r in self.results if r.failure is None and r.confidence >= t]
+            ok = sum(all(r.correct.values()) for r in accepted)
+            rows.append((t, len(accepted), ok / len(accepted) if accepted else 1.0))
+        return rows
+
+    def misses(self) -> list[dict[str, Any]]:
+        return [
+            {"path": r.item.rel_path, "condition": r.item.condition, "failure": r.failure,
+             **{k: {"truth": r.item.truth[k], "got": r.predicted[k]} for k in FIELD_NAMES if not r.correct[k]}}
+            for r in self.results if not all(r.correct.values())
+        ]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "documents": len(self.results),
+            "fields_total": self.fields_total,
+            "fields_correct": self.fields_correct,
+            "accuracy": round(self.accuracy, 4),
+            "invented_where_absent": self.invented,
+            "per_field": {k: round(v, 4) for k, v in self.per_field().items()},
+            "per_condition": {c: {"documents": n, "accuracy": round(a, 4)} for c, (n, a) in
+                              self.per_condition().items()},
+            "auto_accept": [{"threshold": t, "accepted": n, "precision": round(p, 4)}
+                            for t, n, p in self.auto_accept()],
+            "misses": self.misses(),
+        }
+
+
+async def evaluate(items: list[EvalItem], settings: Settings) -> EvalReport:
+    """Run every manifest item through prepare -> extract -> validate and score it against its truth."""
+    backend = make_backend(settings)
+    prepare_slots = asyncio.Semaphore(settings.concurrency)
+    doc_slots = asyncio.Semaphore(settings.concurrency)  # bounds the decoded pages held in memory
+
+    async def one(item: EvalItem) -> ItemResult:
+        ref = DocumentRef(path=item.path, rel_path=item.rel_path, sha256=sha256_file(item.path), page=item.page)
+        async with doc_slots:
+            return score_item(item, await process_document(ref, settings, backend, prepare_slots))
+
+    try:
+        return EvalReport(list(await asyncio.gather(*(one(it) for it in items))))
+    finally:
+        await backend.aclose()

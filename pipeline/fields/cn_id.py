@@ -1,0 +1,187 @@
+"""PRC resident identity card (居民身份证): number checks (GB 11643, ISO 7064 MOD 11-2) and reading the
+portrait side (人像面: 姓名 性别 民族 出生 住址 公民身份号码) and emblem side (国徽面: 签发机关 有效期限)
+from OCR lines.
+
+The number is self-checking (checksum, embedded birth date, sex parity), so OCR repairs to it are accepted
+only when the checksum passes; the printed 出生 and 性别 are then cross-checked against it.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Literal, Sequence
+
+from pipeline.fields.dates import make_date, normalise_text, parse_cjk_date, parse_validity
+
+_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
+_CHECK_CHARS = "10X98765432"
+# First two digits: provinces, plus 71 Taiwan, 81/82 Hong Kong/Macau and 83 (residence permits for
+# Taiwan residents). Region codes below province level change over time and are not checked here.
+_PROVINCES = frozenset({11, 12, 13, 14, 15, 21, 22, 23, 31, 32, 33, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46,
+                        50, 51, 52, 53, 54, 61, 62, 63, 64, 65, 71, 81, 82, 83})
+_OCR_TO_DIGIT = str.maketrans({"O": "0", "o": "0", "D": "0", "I": "1", "l": "1", "|": "1", "x": "X",
+                               "×": "X", "B": "8", "S": "5", "Z": "2"})
+
+Sex = Literal["男", "女"]
+
+
+def check_char(first17: str) -> str:
+    """The 18th character for 17 digits: ISO 7064 MOD 11-2, "10X98765432"[sum(d*w) % 11]."""
+    if len(first17) != 17 or not first17.isdigit():
+        raise ValueError(f"need 17 digits, got {first17!r}")
+    return _CHECK_CHARS[sum(int(d) * w for d, w in zip(first17, _WEIGHTS)) % 11]
+
+
+def upgrade_15(number: str) -> str | None:
+    """First-generation 15-digit number -> 18 digits (century 19 inserted, check character appended);
+    None if it is not 15 digits with a real birth date."""
+    if len(number) != 15 or not number.isdigit():
+        return None
+    first17 = number[:6] + "19" + number[6:]
+    if make_date(int(first17[6:10]), int(first17[10:12]), int(first17[12:14])) is None:
+        return None
+    return first17 + check_char(first17)
+
+
+def birth_date(number: str) -> date | None:
+    """The birth date embedded in an 18- or 15-digit number (None if it is not a real date)."""
+    s = number.upper()
+    if len(s) == 15 and s.isdigit():
+        s = upgrade_15(s) or ""
+    if len(s) != 18 or not s[:17].isdigit():
+        return None
+    return make_date(int(s[6:10]), int(s[10:12]), int(s[12:14]))
+
+
+def sex(number: str) -> Sex | None:
+    """男 for an odd sequence digit (17th of 18, 15th of 15), 女 for even."""
+    digit = number[16] if len(number) == 18 else number[14] if len(number) == 15 else ""
+    return ("男" if int(digit) % 2 else "女") if digit.isdigit() else None
+
+
+def is_valid_number(s: str, *, today: date | None = None) -> bool:
+    """An 18-character number (or 15-digit first-generation one) with a known province, a real birth date
+    not after `today` (default: the current date) and, for 18 characters, a correct check character.
+
+    Below-province region codes are not validated: code tables change over the years and libraries
+    disagree on them (a code retired later is still valid on older cards)."""
+    number = s.upper()
+    if len(number) == 15:
+        upgraded = upgrade_15(number)
+        return upgraded is not None and is_valid_number(upgraded, today=today)
+    if len(number) != 18 or not number[:17].isdigit() or number[17] not in "0123456789X":
+        return False
+    born = birth_date(number)
+    return (int(number[:2]) in _PROVINCES and born is not None and born <= (today or date.today())
+            and check_char(number[:17]) == number[17])
+
+
+_CANDIDATE = re.compile(r"[0-9OoDIl|BSZ]{17}[0-9Xx×]")
+
+
+def normalise_number(text: str, *, today: date | None = None) -> str | None:
+    """The valid 18-character number in an OCR string, repairing O/D->0, I/l->1, x->X and spacing; None
+    unless a candidate passes `is_valid_number` (the checksum makes a wrong repair very unlikely)."""
+    flat = re.sub(r"\s+", "", unicodedata.normalize("NFKC", text))
+    for start in range(len(flat) - 17):
+        window = flat[start:start + 18]
+        if _CANDIDATE.fullmatch(window):
+            candidate = window.translate(_OCR_TO_DIGIT)
+            if is_valid_number(candidate, today=today):
+                return candidate
+    return None
+
+
+# -------------------------------------------------------------------------------------- card sides
+
+_NAME_LABEL = re.compile(r"^姓\s*名\s*[:：]?\s*")
+_SEX_VALUE = re.compile(r"性\s*别\s*[:：]?\s*([男女])")
+_LABEL_ONLY = re.compile(r"^(姓名|性别|民族|出生|住址|公民身份号码|签发机关|有效期限)$")
+_AUTHORITY_LABEL = re.compile(r"签\s*发\s*机\s*关\s*[:：]?\s*")
+_CJK_NAME = re.compile(r"^[\u4e00-\u9fff·•]{1,15}$")
+
+
+@dataclass(slots=True)
+class CnFront:
+    """Portrait side as read; `checks`/`check_failures` hold the number and cross-checks."""
+
+    name: str | None = None
+    sex: Sex | None = None
+    birth_date: date | None = None
+    number: str | None = None
+    checks: list[str] = field(default_factory=list)
+    check_failures: list[str] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return any(v is not None for v in (self.name, self.number, self.birth_date, self.sex))
+
+
+@dataclass(slots=True)
+class CnBack:
+    """Emblem side as read: validity start/end ("long-term" for 长期) and issuing authority."""
+
+    valid_from: date | None = None
+    valid_until: date | Literal["long-term"] | None = None
+    authority: str | None = None
+
+    @property
+    def found(self) -> bool:
+        return self.valid_until is not None or self.authority is not None
+
+
+def _name(lines: Sequence[str]) -> str | None:
+    """姓名 value: glued to the label ("姓名张三") or on the next line when the label stands alone."""
+    for i, line in enumerate(lines):
+        flat = normalise_text(line)
+        m = _NAME_LABEL.match(flat)
+        if not m:
+            continue
+        value = flat[m.end():]
+        if not value and i + 1 < len(lines):
+            value = normalise_text(lines[i + 1])
+        return value if _CJK_NAME.fullmatch(value) else None
+    return None
+
+
+def parse_front(lines: Sequence[str], *, today: date | None = None) -> CnFront:
+    """Read the portrait side from OCR lines in reading order, then cross-check the number with the
+    printed 出生 and 性别."""
+    front = CnFront(name=_name(lines))
+    for line in lines:
+        flat = normalise_text(line)
+        if front.sex is None and (m := _SEX_VALUE.search(flat)):
+            front.sex = m.group(1)  # type: ignore[assignment]
+        if front.birth_date is None and "年" in flat and "月" in flat:
+            front.birth_date = parse_cjk_date(flat)
+        if front.number is None:
+            front.number = normalise_number(flat, today=today)
+    if front.number is not None:
+        front.checks.append("cn_id.checksum")
+        for check, printed, embedded in (("cn_id.birth_matches_printed", front.birth_date, birth_date(front.number)),
+                                         ("cn_id.sex_matches_printed", front.sex, sex(front.number))):
+            if printed is not None:
+                (front.checks if printed == embedded else front.check_failures).append(check)
+    return front
+
+
+def parse_back(lines: Sequence[str]) -> CnBack:
+    """Read the emblem side: the 有效期限 range (also when OCR splits label and dates) and 签发机关."""
+    back = CnBack()
+    for i, line in enumerate(lines):
+        flat = normalise_text(line)
+        if back.valid_until is None:
+            window = flat + (normalise_text(lines[i + 1]) if i + 1 < len(lines) else "")
+            validity = parse_validity(flat) or (parse_validity(window) if "有效期限" in flat else None)
+            if validity is not None:
+                back.valid_from, back.valid_until = validity
+        if back.authority is None and (m := _AUTHORITY_LABEL.search(flat)):
+            value = flat[m.end():]
+            if not value and i + 1 < len(lines) and not _LABEL_ONLY.match(normalise_text(lines[i + 1])):
+                value = normalise_text(lines[i + 1])
+            back.authority = value or None
+    return back
+

@@ -1,0 +1,353 @@
+"""Document reading: OCR lines of one page -> document type, the three record fields and their evidence.
+
+Order of trust: an MRZ (check digits) beats the printed visual zone; a PRC ID number (checksum) is read
+from the portrait side and the expiry from the emblem side. Anything not supported by text on the page
+stays None: a field the document type/side does not carry is `absent`, a field it should carry but that
+could not be read reliably is `unreadable`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import date
+from statistics import mean
+from typing import Literal, Sequence
+
+from pipeline.datamodel import FIELD_NAMES, FieldReading
+from pipeline.fields import cn_id, mrz
+from pipeline.fields.dates import parse_printed_dates
+
+DocumentType = Literal["cn_id", "passport", "id_card", "visa", "unknown"]
+
+# Confidence multipliers: a failed check digit halves trust; a name has no check digit of its own.
+_CHECK_FAILED = 0.5
+_UNCHECKED_NAME = 0.85
+_CROSS_DISAGREES = 0.5
+_HEURISTIC = 0.5  # value found by position/shape rather than a label (visual zone without MRZ)
+
+
+@dataclass(frozen=True, slots=True)
+class OcrLine:
+    """One OCR text box: text, recognition score in [0, 1], 4 corner points in image coordinates."""
+
+    text: str
+    score: float
+    box: tuple[tuple[float, float], ...]
+
+    @property
+    def left(self) -> float:
+        return min(p[0] for p in self.box)
+
+    @property
+    def right(self) -> float:
+        return max(p[0] for p in self.box)
+
+    @property
+    def top(self) -> float:
+        return min(p[1] for p in self.box)
+
+    @property
+    def bottom(self) -> float:
+        return max(p[1] for p in self.box)
+
+    @property
+    def height(self) -> float:
+        return max(self.bottom - self.top, 1.0)
+
+    @property
+    def middle(self) -> float:
+        return (self.top + self.bottom) / 2
+
+
+@dataclass(slots=True)
+class DocumentReading:
+    """What one page says. `fields` holds the schema keys (`name`, `id_number`, `expiry_date` as ISO date,
+    "long-term" or None); `score` ranks alternative readings of the same page (e.g. 0 deg vs 180 deg)."""
+
+    doc_type: DocumentType
+    fields: dict[str, str | None]
+    states: dict[str, FieldReading]
+    checks: list[str] = field(default_factory=list)
+    check_failures: list[str] = field(default_factory=list)
+    score: float = 0.0
+
+
+# ------------------------------------------------------------------------------------------ layout
+
+
+def _rows(lines: Sequence[OcrLine]) -> list[list[OcrLine]]:
+    """Group boxes into text rows, top to bottom, each left to right.
+
+    OCR splits one printed line into several boxes (MRZ filler runs, wide gaps): a box joins a row when
+    their vertical bands overlap by half a line and it starts within 1.5 line heights of the row's right
+    end. Columns of a card and the two sides of a scan stay separate: their gap is wider than that.
+    """
+    rows: list[list[OcrLine]] = []
+    for line in sorted(lines, key=lambda x: x.left):
+        for row in rows:
+            last = row[-1]
+            same_band = abs(line.middle - last.middle) < 0.5 * min(last.height, line.height)
+            if same_band and line.left - last.right < 1.5 * max(last.height, line.height):
+                row.append(line)
+                break
+        else:
+            rows.append([line])
+    return sorted(rows, key=lambda r: min(x.top for x in r))
+
+
+def _fold(text: str) -> str:
+    """Upper case, accents removed, non-letters as single spaces: for comparing names across zones."""
+    decomposed = unicodedata.normalize("NFKD", text.upper())
+    letters = "".join(c if c.isalpha() else " " for c in decomposed if not unicodedata.combining(c))
+    return " ".join(letters.split())
+
+
+# ------------------------------------------------------------------------------------- visual zone
+
+_LABELS: dict[str, tuple[str, ...]] = {
+    "surname": ("surname", "primary identifier", "apellidos", "nom", "mbiemri", "soyadi", "nazwisko"),
+    "given": ("given names", "given name", "secondary identifier", "prenoms", "nombres", "emri", "vorname"),
+    "name": ("name", "nombre", "name surname given names"),
+    "number": ("passport no", "document no", "passport number", "card no", "no of document", "numero"),
+    "expiry": ("date of expiry", "expiry", "valid until", "expiration date", "date d expiration",
+               "fecha de caducidad", "gultig bis", "date of expiration"),
+    "personal": ("personal no", "personal number", "nr personal", "personal id no"),
+}
+
+
+def _label_kind(text: str) -> str | None:
+    """Which field a label box names, matching each '/'-separated language variant fuzzily (OCR mangles
+    small label print: 'Sumame' for 'Surname')."""
+    best, best_ratio = None, 0.0
+    for part in re.split(r"[/|]", text):
+        folded = _fold(part).lower()
+        if not folded:
+            continue
+        for kind, words in _LABELS.items():
+            for word in words:
+                ratio = difflib.SequenceMatcher(None, folded, word).ratio()
+                if ratio > best_ratio:
+                    best, best_ratio = kind, ratio
+    return best if best_ratio >= 0.8 else None
+
+
+def _value_below(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
+    """The nearest box under a label that starts in the label's column (printed zones put values there)."""
+    below = [x for x in lines if x is not label and x.top > label.middle and x.top - label.bottom < 2.5 * label.height
+             and abs(x.left - label.left) < 3 * label.height and _label_kind(x.text) is None]
+    return min(below, key=lambda x: x.top) if below else None
+
+
+@dataclass(slots=True)
+class _Printed:
+    """Visual-zone values with the OCR score of the box they came from."""
+
+    values: dict[str, tuple[str, float]] = field(default_factory=dict)
+    personal: set[str] = field(default_factory=set)  # values of personal-number labels (not doc numbers)
+
+
+def _read_printed(lines: Sequence[OcrLine]) -> _Printed:
+    printed = _Printed()
+    for line in lines:
+        kind = _label_kind(line.text)
+        if kind is None or kind in printed.values:
+            continue
+        value = _value_below(line, lines)
+        if value is None:
+            continue
+        if kind == "personal":
+            printed.personal.add(re.sub(r"\s+", "", value.text.upper()))
+        else:
+            printed.values[kind] = (value.text.strip(), value.score)
+    return printed
+
+
+def _printed_name(printed: _Printed) -> tuple[str, float] | None:
+    if "surname" in printed.values and "given" in printed.values:
+        (s, s_score), (g, g_score) = printed.values["surname"], printed.values["given"]
+        return f"{s} {g}", min(s_score, g_score)
+    return printed.values.get("name")
+
+
+_NUMBER_SHAPE = re.compile(r"[A-Z]{0,2}\d{6,10}[A-Z]?")
+
+
+def _unlabelled_number(lines: Sequence[OcrLine], printed: _Printed) -> tuple[str, float] | None:
+    """The single box shaped like a document number (letters + 6-10 digits), excluding personal numbers;
+    None when there is not exactly one."""
+    hits = {(t, x.score) for x in lines if _NUMBER_SHAPE.fullmatch(t := re.sub(r"\s+", "", x.text.upper()))
+            and t not in printed.personal}
+    return hits.pop() if len(hits) == 1 else None
+
+
+def _latest_date(lines: Sequence[OcrLine], today: date) -> tuple[str, float] | None:
+    """With birth, issue and expiry dates printed (>= 3 distinct four-digit-year dates), the latest one is
+    the expiry: used only when no expiry label was read."""
+    dated = {d: x.score for x in lines if re.search(r"\d{4}", x.text) for d in parse_printed_dates(x.text, today=today)}
+    if len(dated) < 3:
+        return None
+    latest = max(dated)
+    return latest.isoformat(), dated[latest]
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+@dataclass(slots=True)
+class _Builder:
+    fields: dict[str, str | None] = field(default_factory=lambda: dict.fromkeys(FIELD_NAMES))
+    states: dict[str, FieldReading] = field(default_factory=dict)
+    checks: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def present(self, key: str, value: str, confidence: float) -> None:
+        self.fields[key] = value
+        self.states[key] = FieldReading(value, "present", round(min(max(confidence, 0.0), 1.0), 3))
+
+    def absent(self, key: str) -> None:
+        self.states[key] = FieldReading.absent()
+
+    def finish(self, doc_type: DocumentType) -> DocumentReading:
+        for key in FIELD_NAMES:
+            self.states.setdefault(key, FieldReading(None, "unreadable", 0.0))
+        present = [s.confidence for s in self.states.values() if s.state == "present"]
+        score = len(self.checks) - 0.5 * len(self.failures) + (mean(present) if present else 0.0)
+        return DocumentReading(doc_type, self.fields, self.states, self.checks, self.failures, round(score, 3))
+
+
+def _read_mrz(zone: mrz.MrzResult, lines: Sequence[OcrLine], printed: _Printed, b: _Builder) -> None:
+    """Fields from the MRZ, cross-checked against the printed zone.
+
+    The cross-checks pass when the MRZ value is printed elsewhere on the page (name words after
+    transliteration; number verbatim). They fail only when a labelled printed value exists and differs:
+    label association is approximate, so absence of evidence is not treated as disagreement.
+    """
+    zone_boxes = [x for x in lines if x.text.count("<") >= 2 and len(x.text) >= 15]
+    printed_boxes = [x for x in lines if x not in zone_boxes]
+    base = mean(x.score for x in zone_boxes) if zone_boxes else mean(x.score for x in lines)
+    b.checks += zone.checks_passed
+    b.failures += zone.checks_failed
+
+    def cross(check: str, agrees: bool, disagrees: bool) -> float:
+        if agrees:
+            b.checks.append(check)
+            return 1.0
+        if disagrees:
+            b.failures.append(check)
+            return _CROSS_DISAGREES
+        return 1.0
+
+    viz_name = _printed_name(printed)
+    if zone.name:
+        words = {w for x in printed_boxes for w in _fold(x.text).split()}
+        agrees = set(zone.name.split()) <= words
+        disagrees = viz_name is not None and _fold(viz_name[0]) != _fold(zone.name)
+        factor = cross("cross.name_mrz_vs_viz", agrees, disagrees)
+        b.present("name", zone.name, base * factor * (1.0 if agrees else _UNCHECKED_NAME))
+    elif viz_name is not None:  # name line lost: the printed name is the only source
+        b.present("name", " ".join(viz_name[0].split()), viz_name[1] * _HEURISTIC)
+
+    if zone.number:
+        flat = {re.sub(r"\s+", "", x.text.upper()) for x in printed_boxes}
+        viz_number = printed.values.get("number")
+        agrees = any(zone.number in t for t in flat)
+        # visas print several document numbers (visa, passport), so a differing labelled one proves nothing
+        disagrees = zone.doc_type != "visa" and viz_number is not None and \
+            re.sub(r"\s+", "", viz_number[0].upper()) != zone.number
+        factor = cross("cross.number_mrz_vs_viz", agrees, disagrees)
+        b.present("id_number", zone.number, base * factor * _check_factor(zone, "mrz.number"))
+    if zone.expiry_date is not None:
+        b.present("expiry_date", zone.expiry_date.isoformat(), base * _check_factor(zone, "mrz.expiry"))
+
+
+def _check_factor(zone: mrz.MrzResult, check: str) -> float:
+    return _CHECK_FAILED if check in zone.checks_failed else 1.0
+
+
+def _line_score(lines: Sequence[OcrLine], needle: str) -> float:
+    """OCR score of the box holding `needle` (mean score if none does, e.g. when joined across boxes)."""
+    flat = re.sub(r"\s+", "", needle)
+    for x in lines:
+        if flat and flat in re.sub(r"\s+", "", x.text):
+            return x.score
+    return mean(x.score for x in lines)
+
+
+_FRONT_MARKERS = ("姓名", "性别", "民族", "出生", "住址", "公民身份号码")
+_BACK_MARKERS = ("签发机关", "有效期限", "居民身份证", "中华人民共和国")
+
+
+def _read_cn(texts: list[str], lines: Sequence[OcrLine], today: date, b: _Builder) -> bool:
+    """Fill from a PRC ID page (front, back or both); False when the page is not one."""
+    flat = re.sub(r"\s+", "", "".join(texts))
+    front = cn_id.parse_front(texts, today=today)
+    back = cn_id.parse_back(texts)
+    has_front = front.number is not None or any(m in flat for m in _FRONT_MARKERS)
+    has_back = back.found or any(m in flat for m in _BACK_MARKERS)
+    if not (has_front or has_back):
+        return False
+    if has_front:
+        b.checks += front.checks
+        b.failures += front.check_failures
+        penalty = _CROSS_DISAGREES if front.check_failures else 1.0
+        if front.name:
+            b.present("name", front.name, _line_score(lines, front.name) * penalty)
+        if front.number:
+            b.present("id_number", front.number, _line_score(lines, front.number) * penalty)
+    else:
+        b.absent("name")
+        b.absent("id_number")
+    if has_back:
+        if back.valid_until is not None:
+            b.checks.append("cn_id.validity_range")
+            until = back.valid_until if isinstance(back.valid_until, str) else back.valid_until.isoformat()
+            score = _line_score(lines, until.replace("-", ".")) if until != "long-term" else _line_score(lines, "长期")
+            b.present("expiry_date", until, score)
+    else:
+        b.absent("expiry_date")
+    return True
+
+
+def _doc_type_from_words(texts: list[str]) -> DocumentType:
+    words = _fold(" ".join(texts))
+    if re.search(r"\bPAS+(PORT|APORTE|EPORT)\b", words):
+        return "passport"
+    if re.search(r"\bIDENTI(TY|TE|DAD)\b|\bID CARD\b", words):
+        return "id_card"
+    return "unknown"
+
+
+def read_document(lines: Sequence[OcrLine], today: date) -> DocumentReading:
+    """Read one page's OCR lines into document type, fields, per-field states and checks.
+
+    MRZ first (check digits; the printed zone is only cross-checked), then PRC ID sides, then the printed
+    zone of other documents by labels (low confidence, no check digits).
+    """
+    rows = _rows(lines)
+    ordered = [x for row in rows for x in row]
+    texts = [x.text for x in ordered]
+    b = _Builder()
+    printed = _read_printed(ordered)
+
+    zone = mrz.find([" ".join(x.text for x in row) for row in rows], today)
+    if zone is not None:
+        _read_mrz(zone, ordered, printed, b)
+        return b.finish(zone.doc_type)
+    if _read_cn(texts, ordered, today, b):
+        return b.finish("cn_id")
+
+    name = _printed_name(printed)
+    if name is not None:
+        b.present("name", " ".join(name[0].split()), name[1] * _HEURISTIC)
+    number = printed.values.get("number") or _unlabelled_number(ordered, printed)
+    if number is not None:
+        b.present("id_number", re.sub(r"\s+", "", number[0]), number[1] * _HEURISTIC)
+    expiry_label = printed.values.get("expiry")
+    expiry_dates = parse_printed_dates(expiry_label[0], today=today) if expiry_label else []
+    expiry = (expiry_dates[0].isoformat(), expiry_label[1]) if expiry_dates and expiry_label else _latest_date(ordered, today)
+    if expiry is not None:
+        b.present("expiry_date", expiry[0], expiry[1] * _HEURISTIC)
+    return b.finish(_doc_type_from_words(texts))

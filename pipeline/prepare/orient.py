@@ -1,0 +1,200 @@
+"""Turn a page upright: coarse rotation (0/90/180/270) and small skew, read from the text lines themselves.
+
+Why text lines: ID documents are mostly text, so the geometry of the detected lines tells the axis (lines run
+horizontally or vertically) and the skew (their median angle) directly, with no assumption about the card's
+outline or background. What geometry cannot tell, reading direction (0 vs 180), the PaddleOCR text-line
+direction classifier can, one line at a time; a length-weighted vote over the lines makes it robust.
+
+Models: RapidOCR's PP-OCRv6 detector and the ch_ppocr_mobile direction classifier, loaded once per process
+(lazily, under a lock) and shared by all threads; ONNX Runtime sessions are safe to run concurrently. Each
+inference uses one intra-op thread because the pipeline already runs pages in parallel.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import cv2
+import numpy as np
+from rapidocr import RapidOCR
+
+from pipeline.prepare.resize import cap_long_edge
+
+# Detector input size: cost is ~1.1 us per pixel on one core, so 640 px (an ID card: 640x400) stays ~0.25 s,
+# and card text is still 12+ px high, plenty for line geometry.
+DETECT_LONG_EDGE = 640
+MIN_LINE_ASPECT = 2.0  # square boxes (single CJK characters, photos, seals) carry no direction
+MAX_VOTING_LINES = 16  # the longest lines decide; more only costs classifier time
+PIECE_ASPECT = 4.0
+MAX_CROPS = 32
+MIN_SKEW_DEG = 0.3  # below this, re-sampling the page costs more sharpness than the tilt does
+MAX_SKEW_DEG = 15.0  # "small skew" is specified as +-10 deg; margin so a measured 10.4 deg is still fixed
+
+_ROTATE_CODES = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}
+_WHITE = (255, 255, 255)
+
+
+@dataclass(frozen=True, slots=True)
+class Orientation:
+    """How to make a page upright: `rotation` (0/90/180/270) then `skew`, both in degrees clockwise.
+
+    `confidence` in [0.5, 1] is the classifier's length-weighted belief in the chosen reading direction
+    versus its 180-degree opposite (0.0 when no text line was found and nothing was changed); a caller that
+    gets a poor result from a low-confidence page can retry with `flipped()`.
+    """
+
+    rotation: int = 0
+    skew: float = 0.0
+    confidence: float = 0.0
+    lines: int = 0  # text lines that voted
+
+    def flipped(self) -> Orientation:
+        """The same page read the other way up: the alternative when `confidence` is low."""
+        return Orientation((self.rotation + 180) % 360, self.skew, 1.0 - self.confidence, self.lines)
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    box: np.ndarray  # (4, 2) float corners in detector-input pixels
+    angle: float  # direction of the long side, degrees in [-90, 90), image y axis pointing down
+    length: float
+
+
+_models: tuple[Any, Any] | None = None
+_models_lock = threading.Lock()
+
+
+def _get_models() -> tuple[Any, Any]:
+    """(text detector, direction classifier), created on first use and then shared."""
+    global _models
+    if _models is None:
+        with _models_lock:
+            if _models is None:
+                engine = RapidOCR(params={
+                    "Global.log_level": "warning",
+                    "Det.limit_type": "max",
+                    "Det.limit_side_len": DETECT_LONG_EDGE,
+                    "EngineConfig.onnxruntime.intra_op_num_threads": 1,
+                    "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+                })
+                # RapidOCR's lazy loaders wire the config to the bundled models; we call the two stages
+                # directly because the public __call__ cannot return direction scores for chosen crops.
+                _models = (engine._load_det_model(), engine._load_cls_model())
+    return _models
+
+
+def orient(rgb: np.ndarray) -> tuple[np.ndarray, Orientation]:
+    """The page upright, and what was done to it."""
+    found = detect_orientation(rgb)
+    return apply_orientation(rgb, found), found
+
+
+def detect_orientation(rgb: np.ndarray) -> Orientation:
+    """Rotation and skew that make the text of `rgb` (H, W, 3 RGB uint8) read left to right, upright."""
+    detector, classifier = _get_models()
+    small = cap_long_edge(rgb, DETECT_LONG_EDGE)
+    detected = detector(np.ascontiguousarray(small[..., ::-1]))  # models were trained on BGR
+    lines = _text_lines(detected.boxes, scale=rgb.shape[1] / small.shape[1])
+    if not lines:
+        return Orientation()
+    axis = _dominant_axis(lines)
+    voters = sorted((ln for ln in lines if abs(_wrap(ln.angle - axis)) < 45), key=lambda ln: -ln.length)
+    voters = voters[:MAX_VOTING_LINES]
+    weights = np.array([ln.length for ln in voters])
+    reading = axis + _weighted_median(np.array([_wrap(ln.angle - axis) for ln in voters]), weights)
+    crops = [piece for ln in voters for piece in _pieces(_line_crop(rgb, ln.box, axis + _wrap(ln.angle - axis)))]
+    crops = crops[:MAX_CROPS]
+    p_upside_down = _upside_down_probability(classifier, crops, np.array([c.shape[1] for c in crops], float))
+    direction = reading + (180.0 if p_upside_down > 0.5 else 0.0)
+    rotation, skew = _split_rotation(-direction)
+    return Orientation(rotation, skew, round(max(p_upside_down, 1.0 - p_upside_down), 4), len(voters))
+
+
+def apply_orientation(rgb: np.ndarray, found: Orientation) -> np.ndarray:
+    """`rgb` rotated by `found.rotation`, then deskewed on a canvas grown to keep the corners (white fill)."""
+    out = cv2.rotate(rgb, _ROTATE_CODES[found.rotation]) if found.rotation else rgb
+    return _rotate_small(out, found.skew) if found.skew else out
+
+
+def _text_lines(boxes: np.ndarray | None, scale: float) -> list[_Line]:
+    """Elongated detections, in the coordinates of the full-size page (`scale` x detector input)."""
+    if boxes is None:
+        return []
+    lines = []
+    for quad in np.asarray(boxes, dtype=np.float64) * scale:
+        side_a, side_b = quad[1] - quad[0], quad[2] - quad[1]
+        long_side, short_side = (side_a, side_b) if np.hypot(*side_a) >= np.hypot(*side_b) else (side_b, side_a)
+        length, thickness = float(np.hypot(*long_side)), float(np.hypot(*short_side))
+        if thickness > 0 and length / thickness >= MIN_LINE_ASPECT:
+            lines.append(_Line(quad, _wrap(math.degrees(math.atan2(long_side[1], long_side[0]))), length))
+    return lines
+
+
+def _wrap(angle: float) -> float:
+    """An undirected line angle in [-90, 90)."""
+    return (angle + 90.0) % 180.0 - 90.0
+
+
+def _dominant_axis(lines: list[_Line]) -> float:
+    """0 if most text (by length) runs horizontally, else -90 (read bottom-to-top until the vote says)."""
+    horizontal = sum(ln.length for ln in lines if abs(ln.angle) < 45)
+    vertical = sum(ln.length for ln in lines) - horizontal
+    return 0.0 if horizontal >= vertical else -90.0
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    order = np.argsort(values)
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2.0)])
+
+
+def _line_crop(rgb: np.ndarray, box: np.ndarray, reading_deg: float) -> np.ndarray:
+    """The text line in `box` as it would look if `reading_deg` pointed right (BGR, for the classifier)."""
+    t = math.radians(reading_deg)
+    u, v = np.array([math.cos(t), math.sin(t)]), np.array([-math.sin(t), math.cos(t)])  # right, down
+    along, across = box @ u, box @ v
+    width, height = along.max() - along.min(), across.max() - across.min()
+    origin = u * along.min() + v * across.min()
+    src = np.float32([origin, origin + u * width, origin + v * height])
+    dst = np.float32([[0, 0], [width, 0], [0, height]])
+    crop = cv2.warpAffine(rgb, cv2.getAffineTransform(src, dst), (max(1, round(width)), max(1, round(height))),
+                          flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return np.ascontiguousarray(crop[..., ::-1])
+
+
+def _pieces(crop: np.ndarray) -> list[np.ndarray]:
+    """A long line cut into pieces of the classifier's 4:1 input shape, so no piece is squashed."""
+    h, w = crop.shape[:2]
+    n = max(1, round(w / (PIECE_ASPECT * h)))
+    edges = np.linspace(0, w, n + 1).round().astype(int)
+    return [crop[:, a:b] for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _upside_down_probability(classifier: Any, crops: list[np.ndarray], weights: np.ndarray) -> float:
+    """Length-weighted mean probability that the crops are upside down."""
+    results = classifier(crops).cls_res
+    p180 = np.array([score if label == "180" else 1.0 - score for label, score in results])
+    return float(np.average(p180, weights=weights))
+
+
+def _split_rotation(clockwise: float) -> tuple[int, float]:
+    """A clockwise angle as (nearest multiple of 90, residual skew), the skew zeroed outside its range."""
+    coarse = round(clockwise / 90.0) * 90
+    skew = (clockwise - coarse + 180.0) % 360.0 - 180.0
+    if not MIN_SKEW_DEG <= abs(skew) <= MAX_SKEW_DEG:
+        skew = 0.0
+    return coarse % 360, round(skew, 2)
+
+
+def _rotate_small(rgb: np.ndarray, clockwise_deg: float) -> np.ndarray:
+    h, w = rgb.shape[:2]
+    matrix = cv2.getRotationMatrix2D((w / 2.0, h / 2.0), -clockwise_deg, 1.0)  # OpenCV: positive = CCW
+    cos, sin = abs(matrix[0, 0]), abs(matrix[0, 1])
+    new_w, new_h = math.ceil(h * sin + w * cos), math.ceil(h * cos + w * sin)
+    matrix[0, 2] += new_w / 2.0 - w / 2.0
+    matrix[1, 2] += new_h / 2.0 - h / 2.0
+    return cv2.warpAffine(rgb, matrix, (new_w, new_h), flags=cv2.INTER_LINEAR,
+                          borderMode=cv2.BORDER_CONSTANT, borderValue=_WHITE)

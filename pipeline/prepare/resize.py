@@ -1,0 +1,71 @@
+"""Fit a page to the visual-token budget, and encode it for backends that send bytes.
+
+Why resize on the client, with Qwen's `smart_resize` arithmetic: an image whose sides are multiples of the
+patch and whose area is within `max_pixels` is a fixed point of the server's own resize, so the token count is
+decided here, deterministically, and the upload is no bigger than what the model will look at.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import cv2
+import numpy as np
+
+from pipeline.config import PrepareSettings
+
+_MIME = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
+
+
+def fit_to_budget(width: int, height: int, settings: PrepareSettings) -> tuple[int, int]:
+    """(w, h) multiples of `patch`, long edge <= max_long_edge, w*h <= max_pixels, aspect kept.
+
+    Qwen's smart_resize: round each side to the nearest patch multiple; if that breaks the budget, scale by
+    the factor the tighter limit needs and round down. No upscaling except to reach one patch per side.
+    """
+    f = settings.patch
+    w, h = _multiple(width / f, round, f), _multiple(height / f, round, f)
+    if w * h <= settings.max_pixels and max(w, h) <= settings.max_long_edge:
+        return w, h
+    shrink = max(math.sqrt(width * height / settings.max_pixels), max(width, height) / settings.max_long_edge)
+    return _multiple(width / shrink / f, math.floor, f), _multiple(height / shrink / f, math.floor, f)
+
+
+def _multiple(patches: float, rounding: Callable[[float], int], patch: int) -> int:
+    return max(1, int(rounding(patches))) * patch
+
+
+def visual_tokens(width: int, height: int, patch: int) -> int:
+    """Visual tokens a Qwen-class model is charged for an image of this size (one per patch x patch)."""
+    return (width // patch) * (height // patch)
+
+
+def resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """`pixels` resized to `size` (w, h): area averaging when shrinking (no aliasing), cubic when growing."""
+    w, h = size
+    src_h, src_w = pixels.shape[:2]
+    if (w, h) == (src_w, src_h):
+        return pixels
+    shrinking = w <= src_w and h <= src_h
+    return cv2.resize(pixels, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC)
+
+
+def cap_long_edge(pixels: np.ndarray, long_edge: int) -> np.ndarray:
+    """`pixels` shrunk (aspect kept) so its long edge is at most `long_edge`; unchanged if already smaller."""
+    h, w = pixels.shape[:2]
+    scale = long_edge / max(w, h)
+    if scale >= 1:
+        return pixels
+    return resize_to(pixels, (max(1, round(w * scale)), max(1, round(h * scale))))
+
+
+def encode(pixels: np.ndarray, fmt: str = "jpeg", quality: int = 90) -> tuple[bytes, str]:
+    """RGB array to (bytes, mime type) in `fmt` ("jpeg", "png" or "webp"); quality applies to lossy formats."""
+    if fmt not in _MIME:
+        raise ValueError(f"unsupported encode format {fmt!r}; expected one of {sorted(_MIME)}")
+    params = {"jpeg": [cv2.IMWRITE_JPEG_QUALITY, quality], "webp": [cv2.IMWRITE_WEBP_QUALITY, quality]}
+    ok, buf = cv2.imencode(f".{fmt}", cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR), params.get(fmt, []))
+    if not ok:
+        raise ValueError(f"OpenCV could not encode a {pixels.shape} image as {fmt}")
+    return buf.tobytes(), _MIME[fmt]

@@ -1,0 +1,60 @@
+"""Human-readable run reports: the markdown summary and masked tables shown in Prefect and by `idflow show`.
+
+Kept free of Prefect so the same text is testable and printable from the CLI. Tables here are the only place
+rows leave Parquet, so ID numbers are masked and raw model answers are left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.masking import mask_id
+
+SAMPLE_COLUMNS = ("source_path", "page", "doc_type", "name", "id_number", "expiry_date", "orientation",
+                  "rotation_applied", "visual_tokens")
+FAILURE_COLUMNS = ("source_path", "page", "stage", "reason", "retryable", "attempts", "detail")
+
+
+def masked_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], limit: int = 50) -> list[dict[str, Any]]:
+    """First `limit` rows restricted to `columns`, ID numbers masked, values made JSON-friendly."""
+    out = []
+    for row in rows[:limit]:
+        clean = {c: row.get(c) for c in columns}
+        if "id_number" in clean:
+            clean["id_number"] = mask_id(clean["id_number"])
+        out.append({k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in clean.items()})
+    return out
+
+
+def summary_markdown(summary: dict[str, Any], *, input_dir: str, out_dir: str) -> str:
+    """The run summary as markdown: counts, the accounting check, failures by reason, tokens, speed."""
+    lines = [
+        f"# idflow run `{summary['run_id']}`",
+        "",
+        f"- input: `{input_dir}`  output: `{out_dir}`",
+        f"- backend: **{summary['backend']}**  model: `{summary['model']}`",
+        "",
+        "| seen | results | failures | skipped | accounted |",
+        "|---:|---:|---:|---:|:---:|",
+        f"| {summary['seen']} | {summary['results']} | {summary['failures']} | {summary['skipped']} | "
+        f"{'yes' if summary['accounted'] else '**NO**'} |",
+        "",
+    ]
+    if summary["failures_by_reason"]:
+        lines += ["## Failures by reason", "", "| reason | count |", "|---|---:|"]
+        lines += [f"| `{r}` | {n} |" for r, n in sorted(summary["failures_by_reason"].items())]
+        lines.append("")
+    if summary["skipped_by_reason"]:
+        lines += ["## Skipped", "", "| reason | count |", "|---|---:|"]
+        lines += [f"| `{r}` | {n} |" for r, n in sorted(summary["skipped_by_reason"].items())]
+        lines.append("")
+    lines += [
+        "## Cost and speed",
+        "",
+        f"- visual tokens (predicted): {summary['visual_tokens']}",
+        f"- prompt / completion tokens: {summary['prompt_tokens']} / {summary['completion_tokens']}",
+        f"- estimated cost: {summary['estimated_cost']}",
+        f"- latency p50 / p95: {summary['latency_ms_p50']} ms / {summary['latency_ms_p95']} ms",
+        f"- elapsed: {summary['elapsed_s']} s, throughput: {summary['docs_per_s']} documents/s",
+    ]
+    return "\n".join(lines)

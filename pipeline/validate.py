@@ -1,0 +1,109 @@
+"""Validation: JSON Schema first, then the checks a schema cannot express (checksums, real dates).
+
+Every backend's output goes through here, so a VLM answer and an OCR reading are held to the same rules and
+a record that fails names the check that failed instead of quietly carrying a wrong value into Parquet.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from functools import lru_cache
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from pipeline.config import SCHEMA_PATH
+from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, PreparedImage, Reason, Record
+from pipeline.fields import cn_id
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Draft202012Validator:
+    Draft202012Validator.check_schema(schema())
+    return Draft202012Validator(schema())
+
+
+def schema_errors(fields: dict[str, Any]) -> list[str]:
+    """Readable JSON Schema violations, e.g. `expiry_date: '2030/01/01' is not valid under any ...`."""
+    errors = sorted(_validator().iter_errors(fields), key=lambda e: list(e.absolute_path))
+    return [f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors]
+
+
+def semantic_problems(fields: dict[str, Any]) -> list[tuple[Reason, str]]:
+    """Checks beyond the schema, on schema-valid fields. Each problem is (reason code, check name: detail)."""
+    problems: list[tuple[Reason, str]] = []
+    if all(fields.get(k) is None for k in FIELD_NAMES):
+        problems.append((Reason.NO_FIELDS_FOUND, "no name, document number or expiry date on the page"))
+    expiry = fields.get("expiry_date")
+    if isinstance(expiry, str) and expiry != "long-term":
+        try:
+            date.fromisoformat(expiry)
+        except ValueError:
+            problems.append((Reason.INVALID_DATE, f"date.expiry: {expiry!r} is not a calendar date"))
+    number = fields.get("id_number")
+    if fields.get("doc_type") == "cn_id" and number is not None and not cn_id.is_valid_number(number):
+        problems.append((Reason.CHECKSUM_FAILED,
+                         "cn_id.checksum: MOD 11-2 check character or embedded birth date is wrong"))
+    return problems
+
+
+def field_errors(fields: dict[str, Any]) -> list[str]:
+    """All problems with a field dict as readable strings; empty means valid. Used for VLM repair prompts."""
+    errors = schema_errors(fields)
+    if errors:
+        return errors
+    return [detail for _, detail in semantic_problems(fields)]
+
+
+def passed_checks(fields: dict[str, Any]) -> list[str]:
+    """Names of the checks a valid record passed, stored in the `checks` column."""
+    checks = ["schema"]
+    if isinstance(fields.get("expiry_date"), str) and fields["expiry_date"] != "long-term":
+        checks.append("date.expiry")
+    if fields.get("doc_type") == "cn_id" and fields.get("id_number"):
+        checks.append("cn_id.checksum")
+    return checks
+
+
+def _failed_check_reason(name: str) -> Reason:
+    if name.startswith("cross."):
+        return Reason.CROSS_CHECK_FAILED
+    if "date" in name or "expiry" in name or "birth" in name:
+        return Reason.INVALID_DATE
+    return Reason.CHECKSUM_FAILED
+
+
+def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failure:
+    """Turn one backend extraction into a Record, or a validate-stage Failure naming the failed check."""
+    fields = extraction.fields
+
+    def fail(reason: Reason, detail: str) -> Failure:
+        return Failure.for_ref(extraction.ref, "validate", reason, detail, attempts=extraction.attempts,
+                               raw_response=(extraction.raw_response or "")[:2000] or None,
+                               backend=extraction.backend)
+
+    errors = schema_errors(fields)
+    if errors:
+        return fail(Reason.SCHEMA_VIOLATION, "; ".join(errors)[:1000])
+    problems = semantic_problems(fields)
+    if problems:
+        reason, detail = problems[0]
+        return fail(reason, "; ".join(d for _, d in problems))
+    # Checks the backend ran itself (MRZ check digits) and that failed make the value untrustworthy.
+    hard_failures = [c for c in extraction.check_failures if not c.startswith("cross.")]
+    if hard_failures:
+        return fail(_failed_check_reason(hard_failures[0]), "failed: " + ", ".join(hard_failures))
+    expiry = fields["expiry_date"]
+    return Record(
+        extraction=extraction,
+        prepared=prepared,
+        checks=sorted(set(passed_checks(fields)) | set(extraction.checks)),
+        expiry_date=None if expiry in (None, "long-term") else expiry,
+        expiry_long_term=expiry == "long-term",
+    )

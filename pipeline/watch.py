@@ -1,0 +1,136 @@
+"""`idflow watch`: announce each complete upload folder once, as the Prefect event `idflow.upload.ready`.
+
+Why a watcher at all: open-source Prefect has no filesystem sensor, so something must turn "a folder landed"
+into an event that the `on-upload` deployment trigger reacts to (and that shows in the Event Feed).
+
+Delivery: the state file records a folder only after the server accepted its event (HTTP 204), so a folder is
+never missed; if the process dies between the two, the event is sent again on restart with the same event id,
+and the server's trigger evaluation drops an event id it has already seen, so no second run starts. Filesystem
+events only say "look now": a periodic rescan of the root (cheap: one listdir and a marker stat per pending
+folder) also catches folders created before start, while stopped, or lost to an inotify queue overflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pipeline.inbox import Completion, folder_key, read_json, upload_folder_of, upload_folders, write_json_atomic
+
+UPLOAD_EVENT = "idflow.upload.ready"
+RESOURCE_PREFIX = "idflow.upload."
+STATE_NAME = ".idflow-watch.json"
+_EVENT_NAMESPACE = uuid.UUID("5c1f0e7e-8a51-4d8e-9a37-1d7b0c4f2a61")
+
+log = logging.getLogger("idflow.watch")
+
+Emit = Callable[[Path], None]
+"""Announce one complete folder; raise if it was not delivered (the folder is then tried again later)."""
+
+
+def event_id(folder: Path) -> uuid.UUID:
+    """The same folder always gets the same event id, so a re-send after a crash is recognised as a repeat."""
+    return uuid.uuid5(_EVENT_NAMESPACE, folder_key(folder))
+
+
+@dataclass
+class UploadWatcher:
+    """Decides when to announce which folder; knows nothing about watchfiles or Prefect (both injected)."""
+
+    root: Path
+    emit: Emit
+    completion: Completion = field(default_factory=Completion)
+    state_path: Path | None = None  # default: ROOT/.idflow-watch.json (hidden, so never an upload itself)
+    rescan_seconds: float = 30.0
+    clock: Callable[[], float] = time.time
+    announced: dict[str, dict[str, str]] = field(default_factory=dict)
+    _due: dict[str, float] = field(default_factory=dict)  # pending folder -> when to test its quiet period
+    _last_rescan: float = float("-inf")
+
+    def __post_init__(self) -> None:
+        self.root = self.root.resolve()
+        if self.state_path is None:
+            self.state_path = self.root / STATE_NAME
+        self.announced = read_json(self.state_path, {}).get("announced", {})
+
+    def on_changes(self, paths: Iterable[Path]) -> None:
+        """Filesystem changes: a folder with its marker is announced now, others restart their quiet period."""
+        now = self.clock()
+        for folder in sorted({f for p in paths if (f := upload_folder_of(self.root, Path(p))) is not None}):
+            if folder.name in self.announced:
+                continue
+            if self.completion.has_marker(folder):
+                self._check(folder, now)
+            elif self.completion.quiet_seconds is not None:
+                self._due[folder.name] = now + self.completion.quiet_seconds
+
+    def tick(self) -> None:
+        """Periodic: rescan the root when due, then test folders whose quiet period may have run out."""
+        now = self.clock()
+        if now - self._last_rescan >= self.rescan_seconds:
+            self._last_rescan = now
+            for folder in upload_folders(self.root):
+                if folder.name in self.announced:
+                    continue
+                if self.completion.has_marker(folder):
+                    self._check(folder, now)
+                elif self.completion.quiet_seconds is not None:
+                    self._due.setdefault(folder.name, now)  # unknown history: judge by ctime/mtime now
+        for name, due in sorted(self._due.items()):
+            if due <= now:
+                self._check(self.root / name, now)
+
+    def _check(self, folder: Path, now: float) -> None:
+        """Announce the folder if it is complete, else schedule its next test (if quiet periods are on)."""
+        self._due.pop(folder.name, None)
+        if not folder.is_dir():
+            return
+        if not self.completion.is_complete(folder, now):
+            if self.completion.quiet_seconds is not None:
+                self._due[folder.name] = now + self.completion.quiet_seconds
+            return
+        try:
+            self.emit(folder)
+        except Exception as exc:  # server down: keep it pending, a later tick tries again
+            log.warning("could not announce upload folder %s (%s); will retry", folder.name, type(exc).__name__)
+            self._due[folder.name] = now + self.rescan_seconds
+            return
+        self.announced[folder.name] = {"path": folder_key(folder),
+                                       "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        assert self.state_path is not None
+        write_json_atomic(self.state_path, {"announced": self.announced})
+        log.info("announced upload folder %s", folder.name)
+
+
+def run(watcher: UploadWatcher, *, tick_seconds: float = 1.0, stop_event: threading.Event | None = None) -> None:
+    """Watch until stopped. The first tick runs right after the OS watch is set up, so nothing created in
+    between is missed."""
+    import watchfiles
+
+    watcher.root.mkdir(parents=True, exist_ok=True)
+    for changes in watchfiles.watch(watcher.root, stop_event=stop_event, yield_on_timeout=True,
+                                    rust_timeout=max(1, int(tick_seconds * 1000)), debounce=200):
+        watcher.on_changes(Path(p) for _, p in changes)
+        watcher.tick()
+
+
+def prefect_emitter(folder: Path) -> None:
+    """POST `idflow.upload.ready` to the Prefect API and wait for it to be accepted (paths only, no contents).
+
+    A plain HTTP POST rather than `emit_event`, whose background sender gives no delivery confirmation.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.events import Event
+
+    event = Event(event=UPLOAD_EVENT, id=event_id(folder),
+                  resource={"prefect.resource.id": f"{RESOURCE_PREFIX}{folder.name}",
+                            "prefect.resource.name": folder.name},
+                  payload={"path": folder_key(folder)})
+    with get_client(sync_client=True) as client:
+        client.request("POST", "/events", json=[event.model_dump(mode="json")]).raise_for_status()

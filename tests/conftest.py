@@ -1,0 +1,42 @@
+"""Shared fixtures. Third-party specimens live outside the repo in ../shared/realdata (never copied in)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _realdata_dir() -> Path | None:
+    candidates = [os.environ.get("IDFLOW_REALDATA"), REPO.parent / "shared" / "realdata"]
+    for c in candidates:
+        if c and (Path(c) / "eval_manifest.json").is_file():
+            return Path(c)
+    return None
+
+
+@pytest.fixture(scope="session")
+def realdata_dir() -> Path:
+    d = _realdata_dir()
+    if d is None:
+        pytest.skip("../shared/realdata not present (set IDFLOW_REALDATA)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """A real Prefect API for flow tests (temporary SQLite database, server subprocess on loopback)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        from prefect.settings import PREFECT_API_URL
+
+        yield PREFECT_API_URL.value()
+
+
+@pytest.fixture(scope="session")
+def sample_dir() -> Path:
+    return REPO / "data" / "sample"

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import pytest
+
+from pipeline.backends.answer_parsing import AnswerError, parse_answer
+from pipeline.datamodel import Reason
+
+OBJ = {"name": "ZHANG SAN", "id_number": None}
+JSON = '{"name": "ZHANG SAN", "id_number": null}'
+
+
+@pytest.mark.parametrize("text", [
+    JSON,
+    f"  \n{JSON}\n",
+    f"```json\n{JSON}\n```",
+    f"```\n{JSON}\n```",
+    f"Here is the result:\n```json\n{JSON}\n```\nDone.",
+    f"Here is the result: {JSON} Hope this helps.",
+    f"{JSON}\n(fields I could not read are null)",
+    f"<think>the card shows {{name}} ...</think>\n{JSON}",
+    f"note {{not json}} then {JSON}",
+])
+def test_accepts_object_bare_fenced_or_embedded(text: str) -> None:
+    assert parse_answer(text) == OBJ
+
+
+def test_nested_objects_kept_whole() -> None:
+    assert parse_answer('Result: {"a": {"b": [1, {"c": 2}]}} end') == {"a": {"b": [1, {"c": 2}]}}
+
+
+@pytest.mark.parametrize("text", ["", "   ", None, "I cannot read this document.", "name: ZHANG SAN"])
+def test_no_json(text: str | None) -> None:
+    with pytest.raises(AnswerError) as info:
+        parse_answer(text)
+    assert info.value.reason == Reason.NO_JSON
+
+
+@pytest.mark.parametrize("text", [
+    '{"name": "ZHANG SAN", "id_number": }',
+    '{"name": "ZHANG SAN"',
+    "```json\n{'name': 'ZHANG SAN'}\n```",
+    '["ZHANG SAN", null]',
+    "```json\n[1, 2]\n```",
+    "The answer is {name: ZHANG SAN}.",
+])
+def test_invalid_json(text: str) -> None:
+    with pytest.raises(AnswerError) as info:
+        parse_answer(text)
+    assert info.value.reason == Reason.INVALID_JSON
+    assert info.value.detail

@@ -1,0 +1,154 @@
+"""The failure queue as a work list (plain functions, no Prefect): which entries are retried, attempts, and
+resolutions recorded without deleting anything."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pipeline.config import Settings
+from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
+from pipeline.failure_queue import open_entries, read_resolutions, retry_failures
+from pipeline.ingest import sha256_file
+from pipeline.store import FAILURE_SCHEMA, FAILURES, RESULT_SCHEMA, RESULTS, read_table, write_part, write_run_summary
+
+FIELDS = {"doc_type": "passport", "name": "TEST PERSON", "id_number": None, "expiry_date": "2031-01-01",
+          "orientation": "landscape"}
+
+
+class FakeBackend:
+    """Answers every page with valid fields, or with a request failure when `down`."""
+
+    def __init__(self, down: bool = False) -> None:
+        self.name, self.down, self.calls = "ocr", down, 0
+
+    async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
+        self.calls += len(batch)
+        if self.down:
+            return [Failure.for_ref(p.ref, "request", Reason.ENDPOINT_UNAVAILABLE, "connection refused",
+                                    backend=self.name) for p in batch]
+        return [Extraction(ref=p.ref, fields=dict(FIELDS), backend=self.name, model="fake") for p in batch]
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> tuple[Path, Path]:
+    """An upload folder with two images and an OUT whose run `r1` failed both (one retryable, one not)."""
+    inbox, out = tmp_path / "in" / "batch-1", tmp_path / "out"
+    inbox.mkdir(parents=True)
+    for name, shade in (("a.png", 40), ("b.png", 200)):
+        Image.fromarray(np.full((320, 480, 3), shade, np.uint8)).save(inbox / name)
+    fail("r1", inbox, "a.png", Reason.ENDPOINT_UNAVAILABLE, out)
+    fail("r1", inbox, "b.png", Reason.CHECKSUM_FAILED, out)
+    write_run_summary(out, {"run_id": "r1", "input_dir": str(inbox), "accounted": True})
+    return inbox, out
+
+
+def fail(run_id: str, inbox: Path, name: str, reason: Reason, out: Path, backend: str = "ocr") -> None:
+    failure = Failure(name, sha256_file(inbox / name), 0, "request", reason, "detail", backend=backend)
+    from pipeline.store import failure_row
+
+    row = failure_row(failure, fingerprint="f", run_id=run_id)
+    write_part(out, FAILURES, FAILURE_SCHEMA, [row], run_id=run_id, run_date=row["failed_at"].date(),
+               part=len(list((out / FAILURES).rglob(f"part-{run_id}-*"))))
+
+
+def retry(out: Path, backend: FakeBackend, run_id: str, **kw) -> object:
+    return asyncio.run(retry_failures(out, Settings(backend="ocr"), run_id=run_id, backend=backend, **kw))
+
+
+def test_open_entries_group_by_document_and_locate_the_file(queue: tuple[Path, Path]) -> None:
+    inbox, out = queue
+    entries, done = open_entries(out)
+    assert done == []
+    by_path = {e.source_path: e for e in entries}
+    assert by_path["a.png"].retryable and by_path["a.png"].attempts == 1
+    assert by_path["a.png"].path == inbox / "a.png"
+    assert not by_path["b.png"].retryable and by_path["b.png"].path is None
+
+
+def test_retry_resolves_retryable_entries_and_keeps_every_row(queue: tuple[Path, Path]) -> None:
+    _, out = queue
+    backend = FakeBackend()
+    report = retry(out, backend, "r2")
+    assert backend.calls == 1  # only the retryable one
+    assert report.resolved == 1 and not report.still_failing
+    res = read_resolutions(out).to_pylist()
+    assert [(r["run_id"], r["how"], r["page"]) for r in res] == [("r2", "retried", 0)]
+    assert read_table(out, RESULTS, run_id="r2").num_rows == 1
+    assert read_table(out, FAILURES).num_rows == 2  # nothing deleted
+    assert [e.source_path for e in open_entries(out)[0]] == ["b.png"]
+    again = FakeBackend()
+    assert retry(out, again, "r3").resolved == 0 and again.calls == 0
+
+
+def test_attempts_are_capped(queue: tuple[Path, Path]) -> None:
+    _, out = queue
+    down = FakeBackend(down=True)
+    report = retry(out, down, "r2", max_attempts=2)
+    assert report.still_failing == {"endpoint_unavailable": 1} and down.calls == 1
+    (entry,) = [e for e in open_entries(out)[0] if e.retryable]
+    assert entry.attempts == 2
+    later = FakeBackend()
+    report = retry(out, later, "r3", max_attempts=2)
+    assert report.exhausted == 1 and later.calls == 0
+
+
+def test_changed_or_missing_source_is_not_retried(queue: tuple[Path, Path]) -> None:
+    inbox, out = queue
+    (inbox / "a.png").write_bytes(b"different bytes now")
+    backend = FakeBackend()
+    assert retry(out, backend, "r2").missing == 1 and backend.calls == 0
+
+
+def test_result_from_a_later_run_resolves_the_entry(queue: tuple[Path, Path]) -> None:
+    inbox, out = queue
+    from datetime import datetime, timezone
+
+    row = {"source_path": "a.png", "page": 0, "sha256": sha256_file(inbox / "a.png"), "fingerprint": "f",
+           "run_id": "r9", "processed_at": datetime.now(timezone.utc)}
+    write_part(out, RESULTS, RESULT_SCHEMA, [row], run_id="r9", run_date=row["processed_at"].date(), part=0)
+    backend = FakeBackend()
+    report = retry(out, backend, "r2")
+    assert report.resolved_elsewhere == 1 and backend.calls == 0
+    assert [(r["run_id"], r["how"]) for r in read_resolutions(out).to_pylist()] == [("r9", "result_exists")]
+
+
+def test_entries_of_another_backend_wait_for_that_backend(tmp_path: Path) -> None:
+    inbox, out = tmp_path / "in", tmp_path / "out"
+    inbox.mkdir()
+    Image.fromarray(np.zeros((320, 480, 3), np.uint8)).save(inbox / "a.png")
+    fail("r1", inbox, "a.png", Reason.TIMEOUT, out, backend="openai")
+    write_run_summary(out, {"run_id": "r1", "input_dir": str(inbox), "accounted": True})
+    backend = FakeBackend()
+    assert retry(out, backend, "r2").other_backend == 1 and backend.calls == 0
+
+
+def test_slots_hook_wraps_each_batch(queue: tuple[Path, Path]) -> None:
+    _, out = queue
+    taken: list[int] = []
+
+    @asynccontextmanager
+    async def slots(n: int):
+        taken.append(n)
+        yield
+
+    retry(out, FakeBackend(), "r2", slots=slots)
+    assert taken == [1]
+
+
+def test_retry_run_writes_a_summary_without_an_input_folder(queue: tuple[Path, Path]) -> None:
+    """Retry runs span many folders: their summary must not make `nightly` think a folder is done."""
+    from pipeline.inbox import folders_done_by_runs
+
+    inbox, out = queue
+    retry(out, FakeBackend(), "r2")
+    assert set(folders_done_by_runs(out)) == {str(inbox.resolve())}

@@ -1,0 +1,171 @@
+"""read_document on OCR-like line lists (clean, noisy, PRC ID sides) and on real specimens via RapidOCR."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from pipeline.fields.document import OcrLine, read_document
+
+TODAY = date(2026, 6, 1)
+TD3 = ["P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10"]
+
+
+def page(*rows: str | tuple[str, ...], score: float = 0.98, height: float = 20.0) -> list[OcrLine]:
+    """Boxes laid out like an OCR result: one row per argument, a tuple being fragments of one row."""
+    lines = []
+    for r, row in enumerate(rows):
+        top = 10 + r * 2 * height
+        left = 10.0
+        for text in (row if isinstance(row, tuple) else (row,)):
+            right = left + 10 * len(text)
+            lines.append(OcrLine(text, score, ((left, top), (right, top), (right, top + height), (left, top + height))))
+            left = right + 5
+    return lines
+
+
+def states(reading) -> dict[str, str]:
+    return {k: v.state for k, v in reading.states.items()}
+
+
+# ------------------------------------------------------------------------------------------ MRZ
+
+
+def test_clean_passport() -> None:
+    r = read_document(page("PASSPORT", "Surname", "ERIKSSON", "Given names", "ANNA MARIA", "L898902C3", *TD3), TODAY)
+    assert r.doc_type == "passport"
+    assert r.fields == {"name": "ERIKSSON ANNA MARIA", "id_number": "L898902C3", "expiry_date": "2012-04-15"}
+    assert states(r) == dict.fromkeys(r.fields, "present")
+    assert {"mrz.number", "mrz.birth", "mrz.expiry", "mrz.composite", "cross.name_mrz_vs_viz",
+            "cross.number_mrz_vs_viz"} <= set(r.checks)
+    assert r.check_failures == []
+    assert all(0.9 <= s.confidence <= 1.0 for s in r.states.values())
+
+
+def test_noisy_passport_fragments_k_fillers_and_swaps() -> None:
+    line1 = TD3[0].replace("<<<<<<<<", "KKKKKKKK")
+    line2 = TD3[1].replace("UTO", "UT0").replace("7408122", "74O8I22")
+    r = read_document(page("UTOPIA", (line1[:20], line1[20:]), (line2[:28], line2[28:])), TODAY)
+    assert r.fields == {"name": "ERIKSSON ANNA MARIA", "id_number": "L898902C3", "expiry_date": "2012-04-15"}
+    assert "mrz.birth" in r.checks
+
+
+def test_td1_id_card_and_viz_disagreement_is_reported() -> None:
+    td1 = ["I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6", "ERIKSSON<<ANNA<MARIA<<<<<<<<<<"]
+    r = read_document(page("Surname", "ERIKKSON", "Given names", "ANNA MARIA", *td1), TODAY)
+    assert r.doc_type == "id_card"
+    assert r.fields["name"] == "ERIKSSON ANNA MARIA"  # the MRZ wins
+    assert "cross.name_mrz_vs_viz" in r.check_failures
+    assert r.states["name"].confidence < 0.5 < r.states["id_number"].confidence
+
+
+def test_failed_check_digit_lowers_confidence_but_keeps_the_reading() -> None:
+    bad = [TD3[0], TD3[1].replace("F1204159", "F1204158")]
+    r = read_document(page(*bad), TODAY)
+    assert r.fields["expiry_date"] == "2012-04-15"
+    assert "mrz.expiry" in r.check_failures and r.states["expiry_date"].confidence < 0.6
+
+
+def test_mrz_data_line_alone_leaves_name_unreadable() -> None:
+    r = read_document(page("PASSPORT", TD3[1]), TODAY)
+    assert r.doc_type == "passport"
+    assert r.fields == {"name": None, "id_number": "L898902C3", "expiry_date": "2012-04-15"}
+    assert states(r)["name"] == "unreadable"
+
+
+def test_page_without_document_invents_nothing() -> None:
+    r = read_document(page("Hello world", "Invoice 2024", "Total 12.50"), TODAY)
+    assert r.doc_type == "unknown"
+    assert r.fields == {"name": None, "id_number": None, "expiry_date": None}
+    assert set(states(r).values()) == {"unreadable"}
+    assert read_document([], TODAY).fields == r.fields
+
+
+# ---------------------------------------------------------------------------------------- PRC ID
+
+NUMBER = "513701199507176354"  # odd 17th digit: male, born 1995-07-17, checksum valid
+FRONT = ["姓名张三", ("性别男", "民族汉"), "出生 1995 年 7 月 17 日", "住址四川省成都市武侯区益州", ("公民身份号码", NUMBER)]
+BACK = ["中华人民共和国", "居民身份证", "签发机关 四川省成都市锦江分局", ("有效期限", "2010.01.01-2020.12.12")]
+
+
+def test_cn_front_only_expiry_absent() -> None:
+    r = read_document(page(*FRONT), TODAY)
+    assert r.doc_type == "cn_id"
+    assert r.fields == {"name": "张三", "id_number": NUMBER, "expiry_date": None}
+    assert states(r) == {"name": "present", "id_number": "present", "expiry_date": "absent"}
+    assert {"cn_id.checksum", "cn_id.birth_matches_printed", "cn_id.sex_matches_printed"} <= set(r.checks)
+
+
+def test_cn_back_only_name_and_number_absent() -> None:
+    r = read_document(page(*BACK), TODAY)
+    assert r.fields == {"name": None, "id_number": None, "expiry_date": "2020-12-12"}
+    assert states(r) == {"name": "absent", "id_number": "absent", "expiry_date": "present"}
+
+
+@pytest.mark.parametrize(("validity", "expected"), [
+    ("2015.03.01至长期", "long-term"),
+    ("2015.03.01—长期", "long-term"),
+    ("2015.03.01至2035.03.01", "2035-03-01"),
+    ("2015.03.01—2035.03.01", "2035-03-01"),
+])
+def test_cn_back_validity_forms(validity: str, expected: str) -> None:
+    r = read_document(page("签发机关 北京市公安局", f"有效期限 {validity}"), TODAY)
+    assert r.fields["expiry_date"] == expected and r.states["expiry_date"].state == "present"
+
+
+def test_cn_both_sides() -> None:
+    r = read_document(page(*FRONT, *BACK), TODAY)
+    assert r.fields == {"name": "张三", "id_number": NUMBER, "expiry_date": "2020-12-12"}
+    assert set(states(r).values()) == {"present"}
+
+
+def test_cn_unreadable_fields_stay_none() -> None:
+    # front with a number whose checksum fails and a back whose end date does not exist
+    r = read_document(page("姓名张三", "公民身份号码 513701199507176353", "有效期限 2010.01.01-2020.02.30"), TODAY)
+    assert r.fields == {"name": "张三", "id_number": None, "expiry_date": None}
+    assert states(r) == {"name": "present", "id_number": "unreadable", "expiry_date": "unreadable"}
+
+
+def test_cn_sex_mismatch_lowers_confidence() -> None:
+    female = "513701199507176346"
+    r = read_document(page("姓名张三", "性别男", "出生 1995 年 7 月 17 日", "公民身份号码", female), TODAY)
+    assert "cn_id.sex_matches_printed" in r.check_failures
+    assert r.states["id_number"].confidence <= 0.5
+
+
+def test_score_prefers_the_upright_reading() -> None:
+    upright = read_document(page(*TD3), TODAY)
+    upside_down = read_document(page(TD3[1][::-1], TD3[0][::-1]), TODAY)
+    assert upright.score > upside_down.score
+
+
+# ------------------------------------------------------------------------------- real specimens
+
+SPECIMENS = [
+    "arg0s1080_mrz_specimens/images/passports/Canada.png",
+    "arg0s1080_mrz_specimens/images/id_cards/Latvia.png",
+    "arg0s1080_mrz_specimens/images/visas/Germany.png",
+    "cn_resident_id_synthetic/images/bzsome_result_color_front_back.png",
+    "cn_resident_id_synthetic/images/ybc_idcard_ocr_test_front.jpg",
+]
+
+
+@pytest.fixture(scope="module")
+def ocr():
+    rapidocr = pytest.importorskip("rapidocr")
+    return rapidocr.RapidOCR()
+
+
+@pytest.mark.parametrize("rel_path", SPECIMENS)
+def test_real_specimens_with_rapidocr(realdata_dir: Path, ocr, rel_path: str) -> None:
+    truth = next(x for x in json.loads((realdata_dir / "eval_manifest.json").read_text()) if x["path"] == rel_path)
+    result = ocr(str(realdata_dir / rel_path))
+    lines = [OcrLine(t, float(s), tuple(tuple(map(float, p)) for p in b))
+             for t, s, b in zip(result.txts, result.scores, result.boxes)]
+    reading = read_document(lines, TODAY)
+    assert reading.fields["name"].casefold() == truth["name"].casefold()
+    assert reading.fields["id_number"] == truth["id_number"]
+    assert reading.fields["expiry_date"] == truth["expiry_date"]

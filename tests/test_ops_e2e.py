@@ -1,0 +1,314 @@
+"""Operations end to end with real processes on loopback: `prefect server start`, `idflow serve`,
+`idflow watch`; an upload folder with a marker starts an `on-upload` run; `nightly` then does only the folder
+nobody did yet; the Prefect UI shows the run's summary artifact in headless Chromium; `prefect.yaml` deploys.
+
+Slow (server start, OCR runs): generous timeouts; every process is killed in `finally`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.inbox import LEDGER_NAME, STATE_DIR
+from pipeline.store import RESULTS, RUNS
+from pipeline.watch import STATE_NAME
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = ("cn_front.jpg", "passport_td3.jpg", "broken.jpg")  # two good documents and one failure
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+pytestmark = pytest.mark.timeout(1500)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+@dataclass
+class Stack:
+    url: str  # UI root, http://127.0.0.1:PORT
+    env: dict[str, str]
+    tmp: Path
+    inbox: Path
+    out: Path
+    procs: dict[str, subprocess.Popen]
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/api"
+
+    def start(self, name: str, *args: str) -> subprocess.Popen:
+        log = (self.tmp / f"{name}.log").open("wb")
+        proc = subprocess.Popen([*args], env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def idflow(self, name: str, *args: str) -> subprocess.Popen:
+        return self.start(name, sys.executable, "-m", "pipeline", *args)
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+    def log(self, name: str) -> str:
+        path = self.tmp / f"{name}.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def alive(self, name: str) -> None:
+        proc = self.procs[name]
+        assert proc.poll() is None, f"{name} exited with {proc.returncode}:\n{self.log(name)}"
+
+    def call(self, fn: Callable[..., Any]) -> Any:
+        """Run `async fn(client)` against this server from the test process."""
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        async def main() -> Any:
+            with temporary_settings({PREFECT_API_URL: self.api}):
+                async with get_client() as client:
+                    return await fn(client)
+
+        return asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("ops")
+    port = free_port()
+    env = {**os.environ,
+           "PREFECT_HOME": str(tmp / "prefect-home"),
+           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp / 'prefect.db'}",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_UI_ENABLED": "true",
+           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+           "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "false",
+           "PREFECT_RUNNER_POLL_FREQUENCY": "2",
+           "PREFECT_LOGGING_LEVEL": "INFO",
+           "PWD": str(REPO)}
+    stack = Stack(f"http://127.0.0.1:{port}", env, tmp, tmp / "inbox", tmp / "out", {})
+    stack.inbox.mkdir()
+    try:
+        stack.start("server", str(Path(sys.executable).parent / "prefect"), "server", "start", "--host",
+                    "127.0.0.1", "--port", str(port))
+        wait_for(lambda: _healthy(stack.api) or stack.alive("server"), 240, "the Prefect server")
+        yield stack
+    finally:
+        for name in list(stack.procs)[::-1]:
+            stack.stop(name)
+
+
+def _healthy(api: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api}/health", timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def make_upload(inbox: Path, name: str) -> Path:
+    folder = inbox / name
+    folder.mkdir()
+    for sample in SAMPLES:
+        shutil.copy(REPO / "data" / "sample" / sample, folder / sample)
+    (folder / "_READY").touch()
+    return folder
+
+
+async def _flow_runs(client, deployment: str | None = None, flow: str | None = None) -> list:
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName, FlowFilter, FlowFilterName
+
+    return await client.read_flow_runs(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=[flow])) if flow else None,
+        deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])) if deployment else None)
+
+
+def _final(runs: list) -> list:
+    return [r for r in runs if r.state is not None and r.state.is_final()]
+
+
+@dataclass
+class UploadRun:
+    flow_run_id: str
+    folder: Path
+
+
+@pytest.fixture(scope="module")
+def upload_run(stack: Stack) -> UploadRun:
+    """serve + watch, one upload folder: the on-upload run it triggers, finished."""
+    stack.idflow("serve", "serve", "--inbox", str(stack.inbox), "--out", str(stack.out), "--backend", "ocr")
+
+    async def served(client) -> bool:
+        deployment = await client.read_deployment_by_name("extract-folder/on-upload")
+        automations = await client.read_automations_by_name("idflow-upload-ready")
+        return bool(deployment and automations)
+
+    def ready() -> bool:
+        stack.alive("serve")
+        try:
+            return stack.call(served)
+        except Exception:
+            return False
+
+    wait_for(ready, 240, "idflow serve to register its deployments and trigger", every=2)
+    stack.idflow("watch", "watch", str(stack.inbox))
+    time.sleep(3)  # the watcher is up; the folder is created after it started (the restart path is unit-tested)
+    folder = make_upload(stack.inbox, "batch-001")
+
+    def finished() -> list:
+        stack.alive("serve")
+        return _final(stack.call(lambda c: _flow_runs(c, deployment="on-upload")))
+
+    runs = wait_for(finished, 900, f"an on-upload run to finish\nserve log:\n{stack.log('serve')}", every=3)
+    assert len(runs) == 1, runs
+    (run,) = runs
+    assert run.state.is_completed(), f"{run.state}\n{stack.log('serve')}"
+    assert run.parameters["input_dir"] == str(folder.resolve())
+    return UploadRun(str(run.id), folder)
+
+
+def test_upload_folder_triggers_one_completed_run_with_outputs_and_artifacts(stack: Stack,
+                                                                               upload_run: UploadRun) -> None:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    summary = json.loads((stack.out / RUNS / f"{upload_run.flow_run_id[:8]}.json").read_text())
+    assert summary["accounted"] and summary["seen"] == len(SAMPLES) + 1  # + the _READY marker (skipped)
+    assert summary["input_dir"] == str(upload_run.folder.resolve())
+    assert any((stack.out / RESULTS).rglob(f"part-{summary['run_id']}-*.parquet"))
+
+    artifacts = stack.call(lambda c: c.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[upload_run.flow_run_id]))))
+    keys = {a.key for a in artifacts if a.key}
+    assert {"idflow-run-summary", "idflow-outputs"} <= keys, keys
+    assert "progress" in {a.type for a in artifacts}
+
+    run = stack.call(lambda c: c.read_flow_run(upload_run.flow_run_id))
+    assert {"backend:ocr", "on-upload"} <= set(run.tags)
+    state = json.loads((stack.inbox / STATE_NAME).read_text())
+    assert list(state["announced"]) == ["batch-001"]
+    time.sleep(5)  # a second announcement would have started a second run by now
+    assert len(stack.call(lambda c: _flow_runs(c, deployment="on-upload"))) == 1
+
+
+def test_nightly_processes_only_folders_not_done(stack: Stack, upload_run: UploadRun) -> None:
+    from prefect.deployments import run_deployment
+
+    stack.stop("watch")  # batch-002 is for nightly alone
+    second = make_upload(stack.inbox, "batch-002")
+    (stack.inbox / "batch-003").mkdir()  # incomplete: no marker
+
+    def run_nightly() -> Any:
+        async def go(_client) -> Any:
+            return await run_deployment("nightly/nightly", timeout=900, poll_interval=3)
+
+        return stack.call(go)
+
+    first = run_nightly()
+    assert first.state.is_completed(), f"{first.state}\n{stack.log('serve')}"
+    extract_runs = stack.call(lambda c: _flow_runs(c, flow="extract-folder"))
+    by_folder: dict[str, list] = {}
+    for r in extract_runs:
+        by_folder.setdefault(Path(r.parameters["input_dir"]).name, []).append(r)
+    assert len(by_folder["batch-001"]) == 1  # the on-upload run; nightly did not redo it
+    (child,) = by_folder["batch-002"]
+    assert child.parent_task_run_id is not None and child.state.is_completed()  # a subflow of nightly
+    assert "batch-003" not in by_folder
+
+    ledger = json.loads((stack.out / STATE_DIR / LEDGER_NAME).read_text())["done"]
+    assert {Path(k).name: v["via"] for k, v in ledger.items()} == {"batch-001": "extract-run",
+                                                                   "batch-002": "nightly"}
+    assert ledger[str(second.resolve())]["run_id"] == str(child.id)[:8]
+
+    again = run_nightly()
+    assert again.state.is_completed()
+    assert len(stack.call(lambda c: _flow_runs(c, flow="extract-folder"))) == 2  # nothing processed twice
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium chromium-driver)")
+def test_ui_shows_the_summary_artifact(stack: Stack, upload_run: UploadRun) -> None:
+    """Headless Chromium renders the flow run page (screenshot kept for people) and its Artifacts tab."""
+    page = f"{stack.url}/runs/flow-run/{upload_run.flow_run_id}"
+    shots = Path(os.environ.get("IDFLOW_SCREENSHOT_DIR", stack.tmp))
+    shots.mkdir(parents=True, exist_ok=True)
+    shot = shots / "flow-run.png"
+    chromium(stack.tmp, "--window-size=1400,1000", f"--screenshot={shot}", page)
+    assert shot.is_file() and shot.stat().st_size > 10_000
+
+    dom = chromium(stack.tmp, "--dump-dom", f"{page}?tab=Artifacts")
+    assert "idflow-run-summary" in dom or "idflow run summary" in dom, dom[-3000:]
+    chromium(stack.tmp, "--window-size=1400,1000", f"--screenshot={shots / 'flow-run-artifacts.png'}",
+             f"{page}?tab=Artifacts")
+
+
+def chromium(tmp: Path, *args: str) -> str:
+    profile = tmp / "chromium-profile"
+    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--virtual-time-budget=15000", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, start_new_session=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_prefect_yaml_deploys_to_a_process_pool(stack: Stack, upload_run: UploadRun) -> None:
+    """Last: it replaces the served deployments of the same names."""
+    stack.stop("serve")
+    env = {**stack.env, "IDFLOW_INBOX": str(stack.inbox), "IDFLOW_OUT": str(stack.out),
+           "IDFLOW_BACKEND": "ocr", "IDFLOW_TIMEZONE": "Asia/Shanghai"}
+    prefect = str(Path(sys.executable).parent / "prefect")
+    for cmd in ([prefect, "work-pool", "create", "idflow-process", "--type", "process"],
+                [prefect, "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"]):
+        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    async def check(client) -> None:
+        for name in ("extract-folder/on-upload", "nightly/nightly", "retry-failures/retry-failures"):
+            deployment = await client.read_deployment_by_name(name)
+            assert deployment.work_pool_name == "idflow-process"
+            assert deployment.parameters["out_dir"] == str(stack.out)
+        nightly = await client.read_deployment_by_name("nightly/nightly")
+        assert nightly.schedules[0].schedule.cron == "0 2 * * *"
+        assert nightly.schedules[0].schedule.timezone == "Asia/Shanghai"
+        on_upload = await client.read_deployment_by_name("extract-folder/on-upload")
+        automations = [a for a in await client.read_automations()
+                       if a.actions and getattr(a.actions[0], "deployment_id", None) == on_upload.id]
+        assert automations, "the on-upload trigger was not created"
+        trigger = automations[0].trigger
+        assert trigger.match.root == {"prefect.resource.id": "idflow.upload.*"}
+        assert automations[0].actions[0].parameters["input_dir"] == "{{ event.payload.path }}"
+
+    stack.call(check)

@@ -1,0 +1,74 @@
+"""Validation: JSON Schema plus checksums and real dates; failures name the failed check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record
+from pipeline.validate import field_errors, validate
+
+REF = DocumentRef(path=Path("x.png"), rel_path="x.png", sha256="0" * 64)
+PREPARED = PreparedImage(ref=REF, pixels=np.zeros((32, 64, 3), np.uint8), original_size=(64, 32),
+                         sent_size=(64, 32), rotation_applied=0, skew_corrected=0.0, orientation="landscape",
+                         visual_tokens=2)
+VALID_CN = {"doc_type": "cn_id", "name": "张伟", "id_number": "11010519491231002X", "expiry_date": None,
+            "orientation": "landscape"}
+
+
+def _validate(fields: dict, **kw) -> Record | Failure:
+    return validate(Extraction(ref=REF, fields=fields, backend="t", model="m", **kw), PREPARED)
+
+
+def test_valid_record_lists_checks() -> None:
+    record = _validate(VALID_CN)
+    assert isinstance(record, Record)
+    assert {"schema", "cn_id.checksum"} <= set(record.checks)
+    assert record.expiry_date is None and record.expiry_long_term is False
+
+
+def test_long_term_expiry() -> None:
+    record = _validate({**VALID_CN, "name": None, "id_number": None, "expiry_date": "long-term"})
+    assert isinstance(record, Record) and record.expiry_long_term and record.expiry_date is None
+
+
+def test_missing_key_is_schema_violation() -> None:
+    fields = dict(VALID_CN)
+    del fields["expiry_date"]
+    failure = _validate(fields)
+    assert isinstance(failure, Failure)
+    assert (failure.stage, failure.reason) == ("validate", Reason.SCHEMA_VIOLATION)
+    assert "expiry_date" in failure.detail
+
+
+def test_bad_checksum_is_named() -> None:
+    failure = _validate({**VALID_CN, "id_number": "110105194912310021"})
+    assert isinstance(failure, Failure) and failure.reason is Reason.CHECKSUM_FAILED
+    assert "cn_id.checksum" in failure.detail
+
+
+def test_impossible_date() -> None:
+    failure = _validate({**VALID_CN, "expiry_date": "2031-02-30"})
+    assert isinstance(failure, Failure) and failure.reason is Reason.INVALID_DATE
+
+
+def test_nothing_found() -> None:
+    failure = _validate({"doc_type": "unknown", "name": None, "id_number": None, "expiry_date": None,
+                         "orientation": "portrait"})
+    assert isinstance(failure, Failure) and failure.reason is Reason.NO_FIELDS_FOUND
+
+
+def test_backend_check_failure_fails_record_but_cross_check_only_lowers_trust() -> None:
+    passport = {"doc_type": "passport", "name": "MARTIN SARAH", "id_number": "ZE000509",
+                "expiry_date": "2023-01-14", "orientation": "landscape"}
+    failure = _validate(passport, check_failures=["mrz.number"])
+    assert isinstance(failure, Failure) and failure.reason is Reason.CHECKSUM_FAILED
+    record = _validate(passport, check_failures=["cross.name_mrz_vs_viz"])
+    assert isinstance(record, Record)
+
+
+def test_field_errors_for_repair_prompts() -> None:
+    assert field_errors(VALID_CN) == []
+    errors = field_errors({**VALID_CN, "expiry_date": "2030/01/01"})
+    assert errors and errors[0].startswith("expiry_date")
