@@ -25,6 +25,7 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 
+from flows.limits import request_slots
 from pipeline import progress
 from pipeline.backends.base import ExtractionBackend
 from pipeline.config import Settings
@@ -93,7 +94,8 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
 
     async def run_batch(refs: list[DocumentRef]) -> None:
         try:
-            rows = await process_batch_task(refs, settings, engine, prepare_slots, run_id, fingerprint)
+            async with request_slots(settings.backend, min(len(refs), settings.concurrency)):
+                rows = await process_batch_task(refs, settings, engine, prepare_slots, run_id, fingerprint)
         except Exception as exc:  # a bug must not lose the batch's documents
             logger.exception("batch of %d documents crashed", len(refs))
             rows = _internal_failures(refs, exc, run_id=run_id, fingerprint=fingerprint, backend=engine.name)

@@ -157,3 +157,37 @@ def eval_(
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "report.json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+@app.command()
+def doctor(
+    backend: Annotated[Optional[str], typer.Option(help="openai | vllm (default: the configured backend)")] = None,
+    sample: Annotated[Optional[Path], typer.Option(help="a document to use for step 3")] = None,
+) -> None:
+    """Three-step check of the model endpoint (text ping, image arrives, sample returns valid JSON)."""
+    from pipeline.datamodel import DocumentRef, Failure
+    from pipeline.doctor import doctor as run_doctor
+    from pipeline.ingest import sha256_file
+    from pipeline.prepare import prepare_page
+
+    try:
+        settings = Settings(**({"backend": backend} if backend else {}))
+    except ValidationError as exc:
+        raise config_error(str(exc)) from None
+    if settings.backend == "ocr":
+        raise config_error("the embedded ocr backend has no endpoint to check; use --backend openai")
+    prepared = None
+    if sample is not None:
+        ref = DocumentRef(path=sample, rel_path=sample.name, sha256=sha256_file(sample))
+        prepared = prepare_page(ref, settings.prepare)
+        if isinstance(prepared, Failure):
+            raise config_error(f"sample {sample} cannot be prepared: {prepared.reason} ({prepared.detail})")
+    report = run_doctor(settings.openai, prepare=settings.prepare, sample=prepared)
+    for line in report.lines():
+        console.print(line)
+    raise typer.Exit(report.exit_code)
+
+
+from pipeline.cli_ops import register as register_ops  # noqa: E402  (serve, watch; imports cli lazily)
+
+register_ops(app)

@@ -98,5 +98,9 @@ class Settings(BaseSettings):
             "schema": hashlib.sha256(SCHEMA_PATH.read_bytes()).hexdigest(),
             "prepare": self.prepare.model_dump(),
         }
+        if self.backend != "ocr":
+            from pipeline.prompts import PROMPT_VERSION
+
+            material["prompt"] = [PROMPT_VERSION, self.openai.prompt_lang, self.openai.use_json_schema]
         blob = json.dumps(material, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

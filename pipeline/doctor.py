@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -78,11 +78,6 @@ class KeySource:
     padded: bool  # the raw value had surrounding whitespace
     shadows_dotenv: bool  # the environment overrides a different value in .env
 
-    def describe(self) -> str:
-        if self.where is None:
-            return f"{KEY_VARS[0]} is set neither in the environment nor in .env"
-        return f"the key comes from {self.var} in the {self.where}"
-
 
 def key_source(environ: Mapping[str, str], env_file: Path) -> KeySource:
     """Same precedence as pydantic-settings: environment first, then `.env`; first alias wins."""
@@ -129,10 +124,10 @@ class _Doctor:
 
     async def image_arrives(self, text_tokens: int) -> Step:
         expected = PROBE_SIZE[0] * PROBE_SIZE[1] // (self.prepare.patch ** 2)
+        message: Any = user_message(PROBE_TEXT, jpeg_data_url(encode_jpeg(_probe_pixels())))
         try:
             response = await self.client.chat.completions.create(
-                model=self.settings.model or "", temperature=0, max_tokens=16,
-                messages=[user_message(PROBE_TEXT, jpeg_data_url(encode_jpeg(_probe_pixels())))])  # type: ignore[list-item]
+                model=self.settings.model or "", temperature=0, max_tokens=16, messages=[message])
         except openai.OpenAIError as exc:
             return await self._failed("image arrives", exc, sent_image=True)
         if response.usage is None:
@@ -251,7 +246,8 @@ async def run_doctor(settings: OpenAISettings, *, sample: PreparedImage | None =
     source = key_source(os.environ if environ is None else environ, Path(env_file))
     report = DoctorReport(public_url(settings.base_url), settings.model, [])
     if settings.api_key is None or not settings.model:
-        missing = "no API key: " + source.describe() if settings.api_key is None else "TAOTOKEN_MODEL is not set"
+        missing = (f"no API key: {KEY_VARS[0]} is set neither in the environment nor in .env"
+                   if settings.api_key is None else "TAOTOKEN_MODEL is not set")
         fix = _key_fix(source) if settings.api_key is None else "set TAOTOKEN_MODEL to the model id in the console"
         report.steps.append(Step("text ping", False, missing, fix))
         return report

@@ -71,12 +71,13 @@ def passed_checks(fields: dict[str, Any]) -> list[str]:
     return checks
 
 
-def _failed_check_reason(name: str) -> Reason:
-    if name.startswith("cross."):
-        return Reason.CROSS_CHECK_FAILED
-    if "date" in name or "expiry" in name or "birth" in name:
-        return Reason.INVALID_DATE
-    return Reason.CHECKSUM_FAILED
+# Backend checks whose failure means a stored field is wrong. Others (birth date digit, composite digit,
+# printed-vs-MRZ and printed sex/birth cross-checks) only lower confidence and stay in `check_failures`.
+FATAL_CHECKS: dict[str, Reason] = {
+    "mrz.number": Reason.CHECKSUM_FAILED,
+    "mrz.expiry": Reason.CHECKSUM_FAILED,
+    "cn_id.checksum": Reason.CHECKSUM_FAILED,
+}
 
 
 def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failure:
@@ -95,10 +96,9 @@ def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failur
     if problems:
         reason, detail = problems[0]
         return fail(reason, "; ".join(d for _, d in problems))
-    # Checks the backend ran itself (MRZ check digits) and that failed make the value untrustworthy.
-    hard_failures = [c for c in extraction.check_failures if not c.startswith("cross.")]
-    if hard_failures:
-        return fail(_failed_check_reason(hard_failures[0]), "failed: " + ", ".join(hard_failures))
+    fatal = [c for c in extraction.check_failures if c in FATAL_CHECKS]
+    if fatal:
+        return fail(FATAL_CHECKS[fatal[0]], "failed: " + ", ".join(fatal))
     expiry = fields["expiry_date"]
     return Record(
         extraction=extraction,

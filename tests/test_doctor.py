@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -12,8 +11,7 @@ import pytest
 from pipeline.config import OpenAISettings, PrepareSettings
 from pipeline.doctor import DoctorReport, doctor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # repo root, for tests.support (no tests/__init__.py)
-from tests.support.chat_server import ChatServer, ServerConfig  # noqa: E402
+from tests.support.chat_server import ChatServer, ServerConfig
 
 KEY = "sk-doctor-5e8b1f2a9c7d3e40"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,8 @@ from pipeline.config import Settings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
 from pipeline.failure_queue import open_entries, read_resolutions, retry_failures
 from pipeline.ingest import sha256_file
-from pipeline.store import FAILURE_SCHEMA, FAILURES, RESULT_SCHEMA, RESULTS, read_table, write_part, write_run_summary
+from pipeline.store import (FAILURE_SCHEMA, FAILURES, RESULT_SCHEMA, RESULTS, failure_row, read_table, write_part,
+                            write_run_summary)
 
 FIELDS = {"doc_type": "passport", "name": "TEST PERSON", "id_number": None, "expiry_date": "2031-01-01",
           "orientation": "landscape"}
@@ -54,8 +56,6 @@ def queue(tmp_path: Path) -> tuple[Path, Path]:
 
 def fail(run_id: str, inbox: Path, name: str, reason: Reason, out: Path, backend: str = "ocr") -> None:
     failure = Failure(name, sha256_file(inbox / name), 0, "request", reason, "detail", backend=backend)
-    from pipeline.store import failure_row
-
     row = failure_row(failure, fingerprint="f", run_id=run_id)
     write_part(out, FAILURES, FAILURE_SCHEMA, [row], run_id=run_id, run_date=row["failed_at"].date(),
                part=len(list((out / FAILURES).rglob(f"part-{run_id}-*"))))
@@ -111,8 +111,6 @@ def test_changed_or_missing_source_is_not_retried(queue: tuple[Path, Path]) -> N
 
 def test_result_from_a_later_run_resolves_the_entry(queue: tuple[Path, Path]) -> None:
     inbox, out = queue
-    from datetime import datetime, timezone
-
     row = {"source_path": "a.png", "page": 0, "sha256": sha256_file(inbox / "a.png"), "fingerprint": "f",
            "run_id": "r9", "processed_at": datetime.now(timezone.utc)}
     write_part(out, RESULTS, RESULT_SCHEMA, [row], run_id="r9", run_date=row["processed_at"].date(), part=0)

@@ -12,7 +12,6 @@ from pipeline.fields import mrz
 from pipeline.fields.dates import yymmdd
 
 TODAY = date(2026, 6, 1)
-ICAO_FORMATS = {"TD1", "TD2", "TD3", "MRVA", "MRVB"}
 
 # Vectors we deliberately do not assert, with the reason (everything else is asserted).
 SKIPPED = {

@@ -8,6 +8,7 @@ Slow (server start, OCR runs): generous timeouts; every process is killed in `fi
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from pipeline.watch import STATE_NAME
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = ("cn_front.jpg", "passport_td3.jpg", "broken.jpg")  # two good documents and one failure
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -258,30 +261,115 @@ def test_nightly_processes_only_folders_not_done(stack: Stack, upload_run: Uploa
     assert len(stack.call(lambda c: _flow_runs(c, flow="extract-folder"))) == 2  # nothing processed twice
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium chromium-driver)")
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                    reason="chromium/chromedriver not installed (apt-get install chromium chromium-driver)")
 def test_ui_shows_the_summary_artifact(stack: Stack, upload_run: UploadRun) -> None:
-    """Headless Chromium renders the flow run page (screenshot kept for people) and its Artifacts tab."""
-    page = f"{stack.url}/runs/flow-run/{upload_run.flow_run_id}"
+    """Headless Chromium (driven by chromedriver) opens the on-upload run's page, clicks the Artifacts tab, sees
+    the summary artifact, opens it and sees the rendered markdown. Screenshots are kept for people to look at
+    (IDFLOW_SCREENSHOT_DIR, default the test's temp folder)."""
     shots = Path(os.environ.get("IDFLOW_SCREENSHOT_DIR", stack.tmp))
     shots.mkdir(parents=True, exist_ok=True)
-    shot = shots / "flow-run.png"
-    chromium(stack.tmp, "--window-size=1400,1000", f"--screenshot={shot}", page)
-    assert shot.is_file() and shot.stat().st_size > 10_000
+    with Browser(stack.tmp) as browser:
+        browser.open(f"{stack.url}/runs/flow-run/{upload_run.flow_run_id}")
+        browser.click(browser.wait_for_element("css selector", "li#artifacts"))
+        wait_for(lambda: "idflow-run-summary" in browser.text(), 60, "the summary artifact on the Artifacts tab")
+        card = browser.wait_for_element("xpath", "//*[normalize-space(text())='idflow-run-summary']")
+        browser.script("arguments[0].scrollIntoView({block: 'center'})", card)
+        browser.screenshot(shots / "flow-run-artifacts.png")
+        browser.click(card)
+        text = wait_for(lambda: (t := browser.text()) and "Cost and speed" in t and t, 60,
+                        "the summary markdown to render")
+        browser.screenshot(shots / "run-summary-artifact.png")
+    assert f"idflow run {upload_run.flow_run_id[:8]}" in text and "Failures by reason" in text
 
-    dom = chromium(stack.tmp, "--dump-dom", f"{page}?tab=Artifacts")
-    assert "idflow-run-summary" in dom or "idflow run summary" in dom, dom[-3000:]
-    chromium(stack.tmp, "--window-size=1400,1000", f"--screenshot={shots / 'flow-run-artifacts.png'}",
-             f"{page}?tab=Artifacts")
+
+class Browser:
+    """Just enough of the W3C WebDriver protocol (chromedriver over HTTP) to click and read a page."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port, self.tmp = free_port(), tmp
+        self.session = ""
+
+    def __enter__(self) -> Browser:
+        self.driver = subprocess.Popen([str(CHROMEDRIVER), f"--port={self.port}"], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, start_new_session=True)
+        options = {"binary": CHROMIUM, "args": [
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage", f"--user-data-dir={self.tmp / 'chromium-profile'}", "--window-size=1400,1000"]}
+        try:
+            wait_for(self._ready, 30, "chromedriver", every=0.2)
+            self.session = self._call("POST", "/session", {"capabilities": {"alwaysMatch": {
+                "browserName": "chrome", "goog:chromeOptions": options}}}, session=False)["sessionId"]
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the browser, then kill chromedriver's whole process group (Chromium children included)."""
+        try:
+            if self.session:
+                self._call("DELETE", "")
+        except OSError:
+            pass  # the kill below cleans up either way
+        finally:
+            os.killpg(self.driver.pid, signal.SIGKILL)
+            self.driver.wait(timeout=10)
+
+    def _ready(self) -> bool:
+        try:
+            return bool(self._call("GET", "/status", session=False)["ready"])
+        except OSError:
+            return False
+
+    def _call(self, method: str, path: str, body: dict | None = None, session: bool = True) -> Any:
+        url = f"http://127.0.0.1:{self.port}{f'/session/{self.session}' if session else ''}{path}"
+        request = urllib.request.Request(url, method=method, headers={"Content-Type": "application/json"},
+                                         data=None if body is None else json.dumps(body).encode())
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.load(response)["value"]
+
+    def open(self, url: str) -> None:
+        self._call("POST", "/url", {"url": url})
+
+    def wait_for_element(self, using: str, value: str) -> dict:
+        def find() -> dict | None:
+            try:
+                return self._call("POST", "/element", {"using": using, "value": value})
+            except urllib.error.HTTPError:  # "no such element" yet: the page is still loading
+                return None
+
+        return wait_for(find, 60, f"element {value}", every=0.5)
+
+    def click(self, element: dict) -> None:
+        self._call("POST", f"/element/{next(iter(element.values()))}/click", {})
+
+    def script(self, source: str, *args: Any) -> Any:
+        return self._call("POST", "/execute/sync", {"script": source, "args": list(args)})
+
+    def text(self) -> str:
+        return self.script("return document.body.innerText")
+
+    def screenshot(self, path: Path) -> None:
+        path.write_bytes(base64.b64decode(self._call("GET", "/screenshot")))
+        assert path.stat().st_size > 10_000, f"blank screenshot {path}"
 
 
-def chromium(tmp: Path, *args: str) -> str:
-    profile = tmp / "chromium-profile"
-    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--virtual-time-budget=15000", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, start_new_session=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+def test_retry_failures_deployment_runs_under_the_request_limit(stack: Stack, upload_run: UploadRun) -> None:
+    """`idflow serve` created the global request limit; the retry deployment runs (the samples' failures are
+    not retryable, so it resolves nothing and retries nothing)."""
+    from prefect.deployments import run_deployment
+
+    limit = stack.call(lambda c: c.read_global_concurrency_limit_by_name("idflow-requests-ocr"))
+    assert limit.limit == 8
+
+    async def go(_client) -> Any:
+        return await run_deployment("retry-failures/retry-failures", timeout=600, poll_interval=3)
+
+    run = stack.call(go)
+    assert run.state.is_completed(), f"{run.state}\n{stack.log('serve')}"
+    assert run.state.is_completed() and not (stack.out / RUNS / f"{str(run.id)[:8]}.json").exists()  # nothing retried
 
 
 def test_prefect_yaml_deploys_to_a_process_pool(stack: Stack, upload_run: UploadRun) -> None:

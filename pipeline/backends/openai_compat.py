@@ -155,7 +155,12 @@ class OpenAICompatBackend:
         return self._json_schema
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
-        """One result per page, in input order. Workers pull pages so only `concurrency` are encoded at once."""
+        """One result per page, in input order.
+
+        Workers pull pages, so memory holds at most 2 x `concurrency` encoded pages whatever the batch size;
+        twice as many workers as request slots, so the next pages are encoded while requests are in flight
+        (the semaphore alone bounds what is sent).
+        """
         results: list[Extraction | Failure | None] = [None] * len(batch)
         pending = iter(range(len(batch)))
 
@@ -163,7 +168,7 @@ class OpenAICompatBackend:
             for i in pending:
                 results[i] = await self._extract_guarded(batch[i])
 
-        await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(batch)))))
+        await asyncio.gather(*(worker() for _ in range(min(2 * self.concurrency, len(batch)))))
         done = [r for r in results if r is not None]
         assert len(done) == len(batch), "every page must end as an Extraction or a Failure"
         return done
@@ -234,14 +239,15 @@ class OpenAICompatBackend:
         allow_schema = True
         failures = 0
         while True:
-            if self._fatal is not None:
-                return self._fatal
-            if not self._breaker.allow():
-                return RequestError(Reason.ENDPOINT_UNAVAILABLE, f"not sent: circuit open after "
-                                    f"{self._breaker.consecutive} consecutive failures of {self.endpoint}"
-                                    + (f" (last: {error.diagnosis})" if error else ""), retryable=True)
-            use_schema = self._json_schema and allow_schema
-            reply = await self._send(messages, use_schema, ledger)
+            async with self._slots:  # the latch, breaker and schema flag are read when the slot is ours
+                use_schema = self._json_schema and allow_schema
+                if self._fatal is not None:
+                    return self._fatal
+                if not self._breaker.allow():
+                    return RequestError(Reason.ENDPOINT_UNAVAILABLE, f"not sent: circuit open after "
+                                        f"{self._breaker.consecutive} consecutive failures of {self.endpoint}"
+                                        + (f" (last: {error.diagnosis})" if error else ""), retryable=True)
+                reply = await self._send(messages, use_schema, ledger)
             if isinstance(reply, str):
                 self._breaker.record_success()
                 if not allow_schema:
@@ -268,21 +274,20 @@ class OpenAICompatBackend:
             await asyncio.sleep(self._backoff(failures, error.retry_after))
 
     async def _send(self, messages: list[dict[str, Any]], use_schema: bool, ledger: _Ledger) -> str | RequestError:
-        """One HTTP attempt inside a concurrency slot; the answer text or the classified error."""
+        """One HTTP attempt (the caller holds a slot); the answer text or the classified error."""
         extra: dict[str, Any] = {"response_format": response_format()} if use_schema else {}
-        async with self._slots:
-            ledger.attempts += 1
-            started = time.perf_counter()
-            try:
-                response = await self._client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=0,  # type: ignore[arg-type]
-                    max_tokens=self.settings.max_tokens, **extra)
-            except openai.OpenAIError as exc:
-                error = classify(exc, base_url=self.endpoint, model=self.model, secret=self._secret)
-                log.debug("attempt failed: %s", error.diagnosis)
-                return error
-            finally:
-                ledger.latency_ms += (time.perf_counter() - started) * 1000
+        ledger.attempts += 1
+        started = time.perf_counter()
+        try:
+            response = await self._client.chat.completions.create(
+                model=self.model, messages=messages, temperature=0,  # type: ignore[arg-type]
+                max_tokens=self.settings.max_tokens, **extra)
+        except openai.OpenAIError as exc:
+            error = classify(exc, base_url=self.endpoint, model=self.model, secret=self._secret)
+            log.debug("attempt failed: %s", error.diagnosis)
+            return error
+        finally:
+            ledger.latency_ms += (time.perf_counter() - started) * 1000
         if response.usage is not None:
             ledger.prompt_tokens += response.usage.prompt_tokens or 0
             ledger.completion_tokens += response.usage.completion_tokens or 0

