@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,7 +16,7 @@ from rich.table import Table
 
 from pipeline import progress
 from pipeline.config import Settings
-from pipeline.report import SAMPLE_COLUMNS, masked_rows
+from pipeline.report import CONSOLE_COLUMNS, masked_rows
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scanned identity documents in, validated records out.")
 console = Console()
@@ -40,7 +41,12 @@ def load_settings(**overrides: object) -> Settings:
         if not settings.openai.model:
             raise config_error("TAOTOKEN_MODEL is not set: use the model id shown in the provider console")
     if settings.backend == "vllm":
-        raise config_error("the vllm backend is not available yet; use --backend openai with a vLLM base URL")
+        try:
+            settings.vllm.resolve_pool()
+        except ValueError as exc:
+            raise config_error(str(exc)) from None
+        if settings.vllm.api_key is None:
+            raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
     return settings
 
 
@@ -52,10 +58,13 @@ def run(
     concurrency: Annotated[Optional[int], typer.Option(help="documents in flight at once")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="documents per Prefect task")] = None,
     force: Annotated[bool, typer.Option(help="redo documents already done with the same settings")] = False,
+    fallback: Annotated[Optional[str], typer.Option(help="vllm only: none | openai when no server is healthy")] = None,
 ) -> None:
     """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for."""
     if not input_dir.is_dir():
         raise config_error(f"input folder {input_dir} does not exist or is not a folder")
+    if fallback:
+        os.environ["IDFLOW_VLLM_FALLBACK"] = fallback  # the flow reads pool settings from the environment
     settings = load_settings(backend=backend, concurrency=concurrency, batch_size=batch_size)
     from flows.extract import extract_folder
 
@@ -91,12 +100,12 @@ def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
 
     results = read_table(out, RESULTS, run_id=run_id)
     if results is not None:
-        rows = masked_rows(results.to_pylist(), SAMPLE_COLUMNS, limit)
+        rows = masked_rows(results.to_pylist(), CONSOLE_COLUMNS, limit)
         table = Table(title=f"results ({results.num_rows} rows, ID numbers masked)")
-        for col in SAMPLE_COLUMNS:
-            table.add_column(col)
+        for col in CONSOLE_COLUMNS:
+            table.add_column(col.replace("_", " "), overflow="fold")
         for row in rows:
-            table.add_row(*("" if row[c] is None else str(row[c]) for c in SAMPLE_COLUMNS))
+            table.add_row(*("" if row[c] is None else str(row[c]) for c in CONSOLE_COLUMNS))
         console.print(table)
     failures = read_table(out, FAILURES, ["source_path", "page", "stage", "reason", "detail"], run_id=run_id)
     if failures is not None and failures.num_rows:
@@ -191,3 +200,6 @@ def doctor(
 from pipeline.cli_ops import register as register_ops  # noqa: E402  (serve, watch; imports cli lazily)
 
 register_ops(app)
+from pipeline.cli_vllm import register as register_vllm  # noqa: E402  (vllm up/status/down, batch export/import)
+
+register_vllm(app)

@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipeline.vllm.settings import VllmSettings
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = PROJECT_ROOT / "schemas" / "id_document.schema.json"
 
@@ -81,6 +83,7 @@ class Settings(BaseSettings):
     flush_every: int = Field(500, ge=1, description="documents per Parquet file; a crash loses at most this many")
     prepare: PrepareSettings = Field(default_factory=PrepareSettings)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
+    vllm: VllmSettings = Field(default_factory=VllmSettings)
 
     @property
     def model_name(self) -> str:
@@ -88,6 +91,8 @@ class Settings(BaseSettings):
             from pipeline.backends.ocr import MODEL_NAME
 
             return MODEL_NAME
+        if self.backend == "vllm":
+            return self.vllm.served_model
         return self.openai.model or ""
 
     def fingerprint(self) -> str:

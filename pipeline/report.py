@@ -12,6 +12,7 @@ from pipeline.masking import mask_id
 
 SAMPLE_COLUMNS = ("source_path", "page", "doc_type", "name", "id_number", "expiry_date", "orientation",
                   "rotation_applied", "visual_tokens")
+CONSOLE_COLUMNS = ("source_path", "page", "doc_type", "name", "id_number", "expiry_date", "rotation_applied")
 FAILURE_COLUMNS = ("source_path", "page", "stage", "reason", "retryable", "attempts", "detail")
 
 
@@ -22,6 +23,8 @@ def masked_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], limit: int
         clean = {c: row.get(c) for c in columns}
         if "id_number" in clean:
             clean["id_number"] = mask_id(clean["id_number"])
+        if row.get("expiry_long_term"):
+            clean["expiry_date"] = "long-term"
         out.append({k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in clean.items()})
     return out
 

@@ -32,7 +32,9 @@ def make_backend(settings: Settings) -> ExtractionBackend:
         from pipeline.backends.openai_compat import OpenAICompatBackend
 
         return OpenAICompatBackend(settings.openai, concurrency=settings.concurrency)
-    raise ValueError(f"backend {settings.backend!r} is not available in this build")
+    from pipeline.backends.vllm_pool import VllmPoolBackend
+
+    return VllmPoolBackend.from_settings(settings.vllm, settings.openai, concurrency=settings.concurrency)
 
 
 @dataclass

@@ -142,3 +142,12 @@ def test_parse_back() -> None:
     long_term = cn_id.parse_back(["签发机关", "北京市公安局东城分局", "有效期限 2005.01.01—长期"])
     assert long_term.valid_until == "long-term" and long_term.authority == "北京市公安局东城分局"
     assert not cn_id.parse_back(["中华人民共和国", "居民身份证"]).found
+
+
+def test_id_number_is_not_a_validity_range() -> None:
+    """Regression: the 8-digit runs inside an ID number once parsed as `1101-01-19 - 9003-07-12`."""
+    from pipeline.fields.dates import parse_validity
+
+    assert parse_validity("公民身份号码110101199003071233") is None
+    assert parse_validity("110101199003071233") is None
+    assert parse_validity("有效期限 2019.04.10-2099.04.10") is None  # an 80-year span is a misread

@@ -66,7 +66,11 @@ _YMD = r"(\d{4})[.,\-/]?(\d{2})[.,\-/]?(\d{2})"
 # Range separators: hyphen and dashes, tilde, 至, and 一 (the CJK "one" OCR often returns for a long dash).
 # Optional, because OCR sometimes drops a thin dash entirely and the fixed-width dates still split cleanly.
 _RANGE_SEP = r"([-—–~至一_]*)"
-_VALIDITY = re.compile(rf"(?:{_YMD})?{_RANGE_SEP}(?:{_YMD}|(长期))")
+# Digit boundaries: an 18-digit ID number contains two 8-digit runs that look like a range.
+_VALIDITY = re.compile(rf"(?<!\d)(?:{_YMD})?{_RANGE_SEP}(?:{_YMD}(?!\d)|(长期))")
+# Validity periods are 5, 10 or 20 years (居民身份证法 Art. 5); a wider span is a misread, not a card.
+_MAX_VALIDITY_YEARS = 21
+_PLAUSIBLE_YEARS = range(1984, 2100)  # second-generation cards were first issued in 1984
 
 
 def parse_validity(text: str) -> tuple[date | None, date | Literal["long-term"]] | None:
@@ -84,12 +88,14 @@ def parse_validity(text: str) -> tuple[date | None, date | Literal["long-term"]]
         if start_parts[0] is None and not separator:
             continue
         start = make_date(*map(int, start_parts)) if start_parts[0] is not None else None
-        if start_parts[0] is not None and start is None:
+        if start_parts[0] is not None and (start is None or start.year not in _PLAUSIBLE_YEARS):
             return None
         if long_term is not None:
             return start, LONG_TERM
         end = make_date(*map(int, end_parts))
-        if end is None or (start is not None and end <= start):
+        if end is None or end.year not in _PLAUSIBLE_YEARS:
+            return None
+        if start is not None and not 0 < end.year - start.year <= _MAX_VALIDITY_YEARS:
             return None
         return start, end
     return None

@@ -118,9 +118,10 @@ class ServerSpec:
         env = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
         if self.key_env:
             env.append(f"{self.key_env}={KEY_PLACEHOLDER}")
-        lines = [" ".join([*env, *map(shlex.quote, self.argv[:_head_length(self.argv)])])]
+        head = _head_length(self.argv)
+        lines = [" ".join([*env, *map(shlex.quote, self.argv[:head])])]
         line: list[str] = []
-        for token in self.argv[_head_length(self.argv):]:
+        for token in self.argv[head:]:
             if token.startswith("--") and line:
                 lines.append(" ".join(line))
                 line = []
@@ -140,6 +141,7 @@ class CommandPlan:
     """The servers `up` would start, and what was learnt about the installed vLLM on the way."""
 
     specs: list[ServerSpec]
+    served_model_name: str
     dropped: list[str] = field(default_factory=list)  # flags the installed vLLM does not know
     checked: bool = False  # False: `vllm serve --help` could not be run, flags were not checked
 
@@ -178,7 +180,7 @@ def plan(model: str, gpus: Sequence[str], settings: VllmSettings, prepare: Prepa
     known = known_flags(help_text) if help_text else None
     name = served_model_name or model.rstrip("/").rsplit("/", 1)[-1]
     base = settings.port_base if port_base is None else port_base
-    result = CommandPlan(specs=[], checked=known is not None)
+    result = CommandPlan(specs=[], served_model_name=name, checked=known is not None)
     for i, gpu in enumerate(gpus):
         port = base + i
         args = [*pipeline_flags(served_model_name=name, host=settings.host, port=port, prepare=prepare,

@@ -70,6 +70,14 @@ class VllmSettings(BaseSettings):
     def stats_file(self) -> Path:
         return self.state_dir / STATS_FILE
 
+    @property
+    def served_model(self) -> str:
+        """The model id for the run fingerprint: IDFLOW_VLLM_MODEL, else the pool file's, else "" (no pool)."""
+        try:
+            return self.model or self.resolve_pool().model
+        except (ValueError, KeyError, OSError):
+            return ""
+
     def resolve_pool(self) -> PoolConfig:
         """Endpoints and model from the environment, else from the pool file; a clear error when neither."""
         if self.endpoints.strip():

@@ -1,0 +1,52 @@
+"""The prepare stage: one page in, one upright page fitted to the visual-token budget out (or a Failure).
+
+load (decode any container/mode to RGB) -> orient (rotation + skew from text lines) -> resize (patch grid).
+A bad document never raises: container problems become stage "ingest" failures, undecodable or tiny pages
+stage "preprocess" failures, so a run always finishes.
+"""
+
+from __future__ import annotations
+
+from pipeline.config import PrepareSettings
+from pipeline.containers import ContainerError
+from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason, Stage
+from pipeline.prepare.load import load_page
+from pipeline.prepare.orient import Orientation, make_upright
+from pipeline.prepare.resize import cap_long_edge, encode, fit_to_budget, resize_to, visual_tokens
+
+__all__ = ["FULL_MAX_LONG_EDGE", "Orientation", "encode", "fit_to_budget", "prepare_page", "visual_tokens"]
+
+# The embedded OCR reads small print (MRZ, ID numbers) better above the VLM budget, up to about this size;
+# beyond it only costs memory and detector time.
+FULL_MAX_LONG_EDGE = 2400
+
+_INGEST_REASONS = frozenset({Reason.EMPTY_FILE, Reason.UNSUPPORTED_TYPE, Reason.UNREADABLE, Reason.TOO_MANY_PIXELS})
+
+
+def prepare_page(ref: DocumentRef, settings: PrepareSettings) -> PreparedImage | Failure:
+    """Decode, orient and resize the page `ref`; a `Failure` (never an exception) for a bad document."""
+    try:
+        decoded = load_page(ref, settings)
+    except ContainerError as e:
+        return Failure.for_ref(ref, _stage_of(e.reason), e.reason, e.detail)
+    # Orientation and skew are found and applied at working size: nothing downstream needs more pixels.
+    working = cap_long_edge(decoded, max(FULL_MAX_LONG_EDGE, settings.max_long_edge))
+    upright, found = make_upright(working)
+    height, width = upright.shape[:2]
+    sent = resize_to(upright, fit_to_budget(width, height, settings))
+    full = cap_long_edge(upright, FULL_MAX_LONG_EDGE)
+    return PreparedImage(
+        ref=ref,
+        pixels=sent,
+        original_size=(decoded.shape[1], decoded.shape[0]),
+        sent_size=(sent.shape[1], sent.shape[0]),
+        rotation_applied=found.rotation,
+        skew_corrected=found.skew,
+        orientation="landscape" if width >= height else "portrait",
+        visual_tokens=visual_tokens(sent.shape[1], sent.shape[0], settings.patch),
+        full_pixels=full if full.shape[0] * full.shape[1] > sent.shape[0] * sent.shape[1] else None,
+    )
+
+
+def _stage_of(reason: Reason) -> Stage:
+    return "ingest" if reason in _INGEST_REASONS else "preprocess"
