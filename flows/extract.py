@@ -25,7 +25,9 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 
+from flows.dask_batches import DaskBatches
 from flows.limits import request_slots
+from flows.sharded import ShardDiscovery, read_shard
 from pipeline import progress
 from pipeline.backends.base import ExtractionBackend
 from pipeline.config import Settings
@@ -66,8 +68,13 @@ def _run_id() -> str:
 
 @flow(name="extract-folder", flow_run_name="extract {input_dir}", log_prints=False)
 async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", concurrency: int | None = None,
-                         batch_size: int | None = None, force: bool = False) -> dict[str, Any]:
-    """Extract every document under `input_dir` into Parquet under `out_dir`; returns the run summary."""
+                         batch_size: int | None = None, force: bool = False, dask: str | None = None,
+                         shard: str | None = None) -> dict[str, Any]:
+    """Extract every document under `input_dir` into Parquet under `out_dir`; returns the run summary.
+
+    `dask` (`tcp://host:8786` or `local:N`) runs the batches on Dask workers (flows/dask_batches.py); `shard`
+    is a shard manifest from `extract-sharded` (flows/sharded.py): only the files it lists are processed.
+    """
     install_masking("prefect", "prefect.flow_runs", "prefect.task_runs")
     logger = get_run_logger()
     overrides: dict[str, Any] = {"backend": backend}
@@ -80,11 +87,13 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     run_id, fingerprint = _run_id(), settings.fingerprint()
     writer = RunWriter(out, run_id, fingerprint, settings.flush_every)
     tally = RunTally()
-    expected_files = sum(1 for _ in walk(root.resolve()))
+    files = read_shard(Path(shard)) if shard else None
+    expected_files = len(files) if files is not None else sum(1 for _ in walk(root.resolve()))
     progress_id = await acreate_progress_artifact(0.0, description="documents finished")
-    engine = make_backend(settings)
+    remote = DaskBatches(dask, overrides, run_id=run_id, fingerprint=fingerprint) if dask else None
+    engine = make_backend(settings) if remote is None else None
     prepare_slots = asyncio.Semaphore(max(1, os.cpu_count() or 1))
-    batch_slots = asyncio.Semaphore(2 + settings.concurrency // settings.batch_size)
+    batch_slots = asyncio.Semaphore(remote.max_in_flight if remote else 2 + settings.concurrency // settings.batch_size)
     pending: set[asyncio.Task[None]] = set()
 
     async def report() -> None:
@@ -94,11 +103,14 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
 
     async def run_batch(refs: list[DocumentRef]) -> None:
         try:
-            async with request_slots(settings.backend, min(len(refs), settings.concurrency)):
-                rows = await process_batch_task(refs, settings, engine, prepare_slots, run_id, fingerprint)
+            if remote is not None:  # the worker holds the request slots, around its own model calls
+                rows = await remote.run(refs)
+            else:
+                async with request_slots(settings.backend, min(len(refs), settings.concurrency)):
+                    rows = await process_batch_task(refs, settings, engine, prepare_slots, run_id, fingerprint)
         except Exception as exc:  # a bug must not lose the batch's documents
             logger.exception("batch of %d documents crashed", len(refs))
-            rows = _internal_failures(refs, exc, run_id=run_id, fingerprint=fingerprint, backend=engine.name)
+            rows = _internal_failures(refs, exc, run_id=run_id, fingerprint=fingerprint, backend=settings.backend)
         finally:
             batch_slots.release()
         writer.add_result_rows(rows.results)
@@ -112,7 +124,8 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
         pending.add(job)
         job.add_done_callback(pending.discard)
 
-    discovery = Discovery(root, frozenset() if force else done_keys(out, fingerprint))
+    done = frozenset() if force else done_keys(out, fingerprint)
+    discovery = Discovery(root, done) if files is None else ShardDiscovery(root, done, rel_paths=files)
     batch: list[DocumentRef] = []
     try:
         for item in discovery.items():
@@ -133,7 +146,10 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
         await asyncio.gather(*pending)
     finally:
         writer.flush()
-        await engine.aclose()
+        if engine is not None:
+            await engine.aclose()
+        if remote is not None:
+            remote.close()
 
     summary = tally.summary(run_id=run_id, settings=settings)
     summary["input_dir"], summary["out_dir"] = str(root), str(out)

@@ -35,12 +35,13 @@ def load_settings(**overrides: object) -> Settings:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         raise config_error(str(exc)) from None
-    if settings.backend == "openai":
+    vlm = settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend
+    if vlm == "openai":
         if settings.openai.api_key is None or not settings.openai.api_key.get_secret_value():
             raise config_error("TAOTOKEN_API_KEY is not set (environment or .env)")
         if not settings.openai.model:
             raise config_error("TAOTOKEN_MODEL is not set: use the model id shown in the provider console")
-    if settings.backend == "vllm":
+    if vlm == "vllm":
         try:
             settings.vllm.resolve_pool()
         except ValueError as exc:
@@ -54,11 +55,12 @@ def load_settings(**overrides: object) -> Settings:
 def run(
     input_dir: Annotated[Path, typer.Argument(help="folder of scans (searched recursively)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="output folder for Parquet results")] = Path("out"),
-    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm")] = None,
+    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm | hybrid")] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="documents in flight at once")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="documents per Prefect task")] = None,
     force: Annotated[bool, typer.Option(help="redo documents already done with the same settings")] = False,
     fallback: Annotated[Optional[str], typer.Option(help="vllm only: none | openai when no server is healthy")] = None,
+    dry_run: Annotated[bool, typer.Option(help="print predicted visual tokens and cost, send nothing")] = False,
 ) -> None:
     """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for."""
     if not input_dir.is_dir():
@@ -66,6 +68,9 @@ def run(
     if fallback:
         os.environ["IDFLOW_VLLM_FALLBACK"] = fallback  # the flow reads pool settings from the environment
     settings = load_settings(backend=backend, concurrency=concurrency, batch_size=batch_size)
+    if dry_run:
+        print_estimate(input_dir, settings)
+        raise typer.Exit(0)
     from flows.extract import extract_folder
 
     with Progress(TextColumn("[bold]extracting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -80,6 +85,20 @@ def run(
     raise typer.Exit(0 if summary["accounted"] else 1)
 
 
+def print_estimate(input_dir: Path, settings: Settings) -> None:
+    from pipeline.estimate import TYPICAL_COMPLETION_TOKENS, estimate_folder
+
+    est = estimate_folder(input_dir, settings)
+    max_tokens = settings.openai.max_tokens
+    console.print(f"{est.pages} pages to send ({est.skipped} skipped, {est.unreadable} unreadable); "
+                  f"visual tokens {est.visual_tokens} (from page sizes on the {settings.prepare.patch} px grid; unreadable pages excluded only once decoded)")
+    console.print(f"prompt tokens ≈ {est.prompt_tokens(settings)}; completion ≈ {est.pages * TYPICAL_COMPLETION_TOKENS}"
+                  f" (at most {est.pages * max_tokens})")
+    console.print(f"estimated cost ≈ {est.cost(settings, TYPICAL_COMPLETION_TOKENS):.4f} "
+                  f"(at most {est.cost(settings, max_tokens):.4f}) at {settings.openai.price_prompt_per_mtok} / "
+                  f"{settings.openai.price_completion_per_mtok} per million prompt / completion tokens")
+
+
 def print_summary(summary: dict) -> None:
     table = Table(title=f"run {summary['run_id']} ({summary['backend']})")
     for col in ("seen", "results", "failures", "skipped"):
@@ -90,6 +109,8 @@ def print_summary(summary: dict) -> None:
     console.print(f"seen = results + failures + skipped: {verdict}")
     for reason, n in sorted(summary["failures_by_reason"].items()):
         console.print(f"  failure {reason}: {n}")
+    if summary["backend"] == "hybrid":
+        console.print(f"VLM calls saved by the OCR pass: {summary['vlm_calls_saved']} of {summary['results']} results")
     console.print(f"{summary['docs_per_s']} documents/s over {summary['elapsed_s']} s; "
                   f"visual tokens {summary['visual_tokens']}, prompt/completion tokens "
                   f"{summary['prompt_tokens']}/{summary['completion_tokens']}")

@@ -19,7 +19,7 @@ from pipeline.vllm.settings import VllmSettings
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = PROJECT_ROOT / "schemas" / "id_document.schema.json"
 
-Backend = Literal["ocr", "openai", "vllm"]
+Backend = Literal["ocr", "openai", "vllm", "hybrid"]
 
 
 class PrepareSettings(BaseSettings):
@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     concurrency: int = Field(4, ge=1, le=256, description="documents in flight at once")
     batch_size: int = Field(16, ge=1, le=1024, description="documents per Prefect task")
     flush_every: int = Field(500, ge=1, description="documents per Parquet file; a crash loses at most this many")
+    hybrid_vlm: Literal["openai", "vllm"] = Field("openai", description="the VLM the hybrid backend escalates to")
+    hybrid_threshold: float = Field(0.9, ge=0, le=1, description="OCR field confidence below which hybrid escalates")
     prepare: PrepareSettings = Field(default_factory=PrepareSettings)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
     vllm: VllmSettings = Field(default_factory=VllmSettings)
@@ -91,7 +93,8 @@ class Settings(BaseSettings):
             from pipeline.backends.ocr import MODEL_NAME
 
             return MODEL_NAME
-        if self.backend == "vllm":
+        vlm = self.hybrid_vlm if self.backend == "hybrid" else self.backend
+        if vlm == "vllm":
             return self.vllm.served_model
         return self.openai.model or ""
 
@@ -103,6 +106,8 @@ class Settings(BaseSettings):
             "schema": hashlib.sha256(SCHEMA_PATH.read_bytes()).hexdigest(),
             "prepare": self.prepare.model_dump(),
         }
+        if self.backend == "hybrid":
+            material["hybrid"] = [self.hybrid_vlm, self.hybrid_threshold]
         if self.backend != "ocr":
             from pipeline.prompts import PROMPT_VERSION
 

@@ -109,6 +109,24 @@ def open_page(path: Path, page: int, settings: PrepareSettings) -> Image.Image:
         return _decode(im)
 
 
+def page_size(path: Path, page: int, settings: PrepareSettings) -> tuple[int, int]:
+    """(width, height) of a page as stored, from the header alone: what `--dry-run` needs to predict tokens
+    without decoding a whole folder. Rotation does not change the token count, so EXIF is ignored here."""
+    kind = sniff(path)
+    if kind is Kind.PDF:
+        scale = settings.pdf_dpi / _PDF_POINTS_PER_INCH
+        with _PDFIUM_LOCK:
+            doc = _open_pdf(path)
+            try:
+                w_pt, h_pt = doc[page].get_size()
+            finally:
+                doc.close()
+        return round(w_pt * scale), round(h_pt * scale)
+    with _open_image(path, kind, settings) as im:
+        _seek(im, page)
+        return im.size
+
+
 def _open_image(path: Path, kind: Kind, settings: PrepareSettings) -> Image.Image:
     """Parse the header only (Pillow is lazy) restricted to the sniffed format, and check the declared size."""
     try:

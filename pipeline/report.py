@@ -51,6 +51,12 @@ def summary_markdown(summary: dict[str, Any], *, input_dir: str, out_dir: str) -
         lines += ["## Skipped", "", "| reason | count |", "|---|---:|"]
         lines += [f"| `{r}` | {n} |" for r, n in sorted(summary["skipped_by_reason"].items())]
         lines.append("")
+    if summary.get("results_by_backend"):
+        lines += ["## Results by backend", "", "| backend | results |", "|---|---:|"]
+        lines += [f"| `{b}` | {n} |" for b, n in sorted(summary["results_by_backend"].items())]
+        if summary["backend"] == "hybrid":
+            lines.append(f"\nVLM calls saved by the OCR pass: **{summary['vlm_calls_saved']}**")
+        lines.append("")
     lines += [
         "## Cost and speed",
         "",

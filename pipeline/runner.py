@@ -7,6 +7,7 @@ publishes artifacts, so everything here is testable without a server.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from collections import Counter
@@ -22,16 +23,23 @@ from pipeline.store import failure_row, result_row
 from pipeline.validate import validate
 
 
-def make_backend(settings: Settings) -> ExtractionBackend:
+def make_backend(settings: Settings, kind: str | None = None) -> ExtractionBackend:
     """The configured backend; imports lazily so the OCR path never loads HTTP clients and vice versa."""
-    if settings.backend == "ocr":
+    kind = kind or settings.backend
+    if kind == "ocr":
         from pipeline.backends.ocr import OcrBackend
 
-        return OcrBackend(workers=settings.concurrency)
-    if settings.backend == "openai":
+        # ONNX Runtime already uses every core for one page; more pages at once only oversubscribe the CPU.
+        return OcrBackend(workers=max(1, min(settings.concurrency, (os.cpu_count() or 2) // 2)))
+    if kind == "openai":
         from pipeline.backends.openai_compat import OpenAICompatBackend
 
         return OpenAICompatBackend(settings.openai, concurrency=settings.concurrency)
+    if kind == "hybrid":
+        from pipeline.backends.hybrid import HybridBackend
+
+        return HybridBackend(make_backend(settings, "ocr"), make_backend(settings, settings.hybrid_vlm),
+                             threshold=settings.hybrid_threshold)
     from pipeline.backends.vllm_pool import VllmPoolBackend
 
     return VllmPoolBackend.from_settings(settings.vllm, settings.openai, concurrency=settings.concurrency)
@@ -80,6 +88,7 @@ class RunTally:
     failures: int = 0
     skipped: int = 0
     skipped_by_reason: Counter[str] = field(default_factory=Counter)
+    results_by_backend: Counter[str] = field(default_factory=Counter)
     failures_by_reason: Counter[str] = field(default_factory=Counter)
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -94,6 +103,7 @@ class RunTally:
     def add_rows(self, rows: BatchRows) -> None:
         self.results += len(rows.results)
         self.failures += len(rows.failures)
+        self.results_by_backend.update(row["backend"] for row in rows.results)
         for row in rows.results:
             self.prompt_tokens += row["prompt_tokens"] or 0
             self.completion_tokens += row["completion_tokens"] or 0
@@ -101,8 +111,7 @@ class RunTally:
             self.latencies_ms.append(row["latency_ms"] or 0.0)
         self.failures_by_reason.update(row["reason"] for row in rows.failures)
 
-    def summary(self, *, run_id: str, settings: Settings, price_per_m_input: float = 0.0,
-                price_per_m_output: float = 0.0) -> dict[str, Any]:
+    def summary(self, *, run_id: str, settings: Settings) -> dict[str, Any]:
         elapsed = time.monotonic() - self.started
         lat = sorted(self.latencies_ms)
         pct = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 1)) if lat else (lambda q: None)
@@ -118,11 +127,14 @@ class RunTally:
             "accounted": self.seen == self.results + self.failures + self.skipped,
             "skipped_by_reason": dict(self.skipped_by_reason),
             "failures_by_reason": dict(self.failures_by_reason),
+            "results_by_backend": dict(self.results_by_backend),
+            # hybrid: pages the OCR settled alone, i.e. VLM calls not made
+            "vlm_calls_saved": self.results_by_backend.get("hybrid:ocr", 0),
             "visual_tokens": self.visual_tokens,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
-            "estimated_cost": round(self.prompt_tokens / 1e6 * price_per_m_input
-                                    + self.completion_tokens / 1e6 * price_per_m_output, 6),
+            "estimated_cost": round(self.prompt_tokens / 1e6 * settings.openai.price_prompt_per_mtok
+                                    + self.completion_tokens / 1e6 * settings.openai.price_completion_per_mtok, 6),
             "latency_ms_p50": round(statistics.median(lat), 1) if lat else None,
             "latency_ms_p95": pct(0.95),
             "elapsed_s": round(elapsed, 2),

@@ -43,6 +43,7 @@ RESULT_SCHEMA = pa.schema([
     pa.field("orientation", pa.string()),
     pa.field("rotation_applied", pa.int16()),
     pa.field("skew_corrected", pa.float32()),
+    pa.field("orientation_confidence", pa.float32()),
     pa.field("original_width", pa.int32()),
     pa.field("original_height", pa.int32()),
     pa.field("sent_width", pa.int32()),
@@ -61,6 +62,7 @@ RESULT_SCHEMA = pa.schema([
     pa.field("fingerprint", pa.string(), nullable=False),
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("processed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("worker", pa.string()),  # Dask worker address, or "local" for the in-process path
 ])
 
 FAILURE_SCHEMA = pa.schema([
@@ -101,6 +103,7 @@ def result_row(record: Record, *, fingerprint: str, run_id: str) -> dict[str, An
         "orientation": ex.fields.get("orientation") or prep.orientation,
         "rotation_applied": (prep.rotation_applied + ex.rotation_correction) % 360,
         "skew_corrected": prep.skew_corrected,
+        "orientation_confidence": prep.orientation_confidence,
         "original_width": prep.original_size[0],
         "original_height": prep.original_size[1],
         "sent_width": prep.sent_size[0],
@@ -118,6 +121,7 @@ def result_row(record: Record, *, fingerprint: str, run_id: str) -> dict[str, An
         "fingerprint": fingerprint,
         "run_id": run_id,
         "processed_at": _now(),
+        "worker": "local",
     }
     for name in FIELD_NAMES:
         reading = ex.field_states.get(name)

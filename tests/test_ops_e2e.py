@@ -7,19 +7,17 @@ Slow (server start, OCR runs): generous timeouts; every process is killed in `fi
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ import pytest
 from pipeline.inbox import LEDGER_NAME, STATE_DIR
 from pipeline.store import RESULTS, RUNS
 from pipeline.watch import STATE_NAME
+from tests.support.prefect_server import Stack, free_port, prefect_server, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = ("cn_front.jpg", "passport_td3.jpg", "broken.jpg")  # two good documents and one failure
@@ -38,109 +37,18 @@ CHROMEDRIVER = shutil.which("chromedriver")
 pytestmark = pytest.mark.timeout(1500)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, every: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-
-
 @dataclass
-class Stack:
-    url: str  # UI root, http://127.0.0.1:PORT
-    env: dict[str, str]
-    tmp: Path
+class OpsStack(Stack):
     inbox: Path
     out: Path
-    procs: dict[str, subprocess.Popen]
-
-    @property
-    def api(self) -> str:
-        return f"{self.url}/api"
-
-    def start(self, name: str, *args: str) -> subprocess.Popen:
-        log = (self.tmp / f"{name}.log").open("wb")
-        proc = subprocess.Popen([*args], env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        self.procs[name] = proc
-        return proc
-
-    def idflow(self, name: str, *args: str) -> subprocess.Popen:
-        return self.start(name, sys.executable, "-m", "pipeline", *args)
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name, None)
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-
-    def log(self, name: str) -> str:
-        path = self.tmp / f"{name}.log"
-        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
-
-    def alive(self, name: str) -> None:
-        proc = self.procs[name]
-        assert proc.poll() is None, f"{name} exited with {proc.returncode}:\n{self.log(name)}"
-
-    def call(self, fn: Callable[..., Any]) -> Any:
-        """Run `async fn(client)` against this server from the test process."""
-        from prefect.client.orchestration import get_client
-        from prefect.settings import PREFECT_API_URL, temporary_settings
-
-        async def main() -> Any:
-            with temporary_settings({PREFECT_API_URL: self.api}):
-                async with get_client() as client:
-                    return await fn(client)
-
-        return asyncio.run(main())
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpsStack]:
     tmp = tmp_path_factory.mktemp("ops")
-    port = free_port()
-    env = {**os.environ,
-           "PREFECT_HOME": str(tmp / "prefect-home"),
-           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp / 'prefect.db'}",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_UI_ENABLED": "true",
-           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
-           "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "false",
-           "PREFECT_RUNNER_POLL_FREQUENCY": "2",
-           "PREFECT_LOGGING_LEVEL": "INFO",
-           "PWD": str(REPO)}
-    stack = Stack(f"http://127.0.0.1:{port}", env, tmp, tmp / "inbox", tmp / "out", {})
-    stack.inbox.mkdir()
-    try:
-        stack.start("server", str(Path(sys.executable).parent / "prefect"), "server", "start", "--host",
-                    "127.0.0.1", "--port", str(port))
-        wait_for(lambda: _healthy(stack.api) or stack.alive("server"), 240, "the Prefect server")
+    (tmp / "inbox").mkdir()
+    with prefect_server(tmp, OpsStack, inbox=tmp / "inbox", out=tmp / "out") as stack:
         yield stack
-    finally:
-        for name in list(stack.procs)[::-1]:
-            stack.stop(name)
-
-
-def _healthy(api: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{api}/health", timeout=5) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 def make_upload(inbox: Path, name: str) -> Path:
@@ -171,7 +79,7 @@ class UploadRun:
 
 
 @pytest.fixture(scope="module")
-def upload_run(stack: Stack) -> UploadRun:
+def upload_run(stack: OpsStack) -> UploadRun:
     """serve + watch, one upload folder: the on-upload run it triggers, finished."""
     stack.idflow("serve", "serve", "--inbox", str(stack.inbox), "--out", str(stack.out), "--backend", "ocr")
 
@@ -204,7 +112,7 @@ def upload_run(stack: Stack) -> UploadRun:
     return UploadRun(str(run.id), folder)
 
 
-def test_upload_folder_triggers_one_completed_run_with_outputs_and_artifacts(stack: Stack,
+def test_upload_folder_triggers_one_completed_run_with_outputs_and_artifacts(stack: OpsStack,
                                                                                upload_run: UploadRun) -> None:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
@@ -227,7 +135,7 @@ def test_upload_folder_triggers_one_completed_run_with_outputs_and_artifacts(sta
     assert len(stack.call(lambda c: _flow_runs(c, deployment="on-upload"))) == 1
 
 
-def test_nightly_processes_only_folders_not_done(stack: Stack, upload_run: UploadRun) -> None:
+def test_nightly_processes_only_folders_not_done(stack: OpsStack, upload_run: UploadRun) -> None:
     from prefect.deployments import run_deployment
 
     stack.stop("watch")  # batch-002 is for nightly alone
@@ -263,7 +171,7 @@ def test_nightly_processes_only_folders_not_done(stack: Stack, upload_run: Uploa
 
 @pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
                     reason="chromium/chromedriver not installed (apt-get install chromium chromium-driver)")
-def test_ui_shows_the_summary_artifact(stack: Stack, upload_run: UploadRun) -> None:
+def test_ui_shows_the_summary_artifact(stack: OpsStack, upload_run: UploadRun) -> None:
     """Headless Chromium (driven by chromedriver) opens the on-upload run's page, clicks the Artifacts tab, sees
     the summary artifact, opens it and sees the rendered markdown. Screenshots are kept for people to look at
     (IDFLOW_SCREENSHOT_DIR, default the test's temp folder)."""
@@ -356,7 +264,7 @@ class Browser:
         assert path.stat().st_size > 10_000, f"blank screenshot {path}"
 
 
-def test_retry_failures_deployment_runs_under_the_request_limit(stack: Stack, upload_run: UploadRun) -> None:
+def test_retry_failures_deployment_runs_under_the_request_limit(stack: OpsStack, upload_run: UploadRun) -> None:
     """`idflow serve` created the global request limit; the retry deployment runs (the samples' failures are
     not retryable, so it resolves nothing and retries nothing)."""
     from prefect.deployments import run_deployment
@@ -372,7 +280,7 @@ def test_retry_failures_deployment_runs_under_the_request_limit(stack: Stack, up
     assert run.state.is_completed() and not (stack.out / RUNS / f"{str(run.id)[:8]}.json").exists()  # nothing retried
 
 
-def test_prefect_yaml_deploys_to_a_process_pool(stack: Stack, upload_run: UploadRun) -> None:
+def test_prefect_yaml_deploys_to_a_process_pool(stack: OpsStack, upload_run: UploadRun) -> None:
     """Last: it replaces the served deployments of the same names."""
     stack.stop("serve")
     env = {**stack.env, "IDFLOW_INBOX": str(stack.inbox), "IDFLOW_OUT": str(stack.out),

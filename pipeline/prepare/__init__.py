@@ -45,6 +45,7 @@ def prepare_page(ref: DocumentRef, settings: PrepareSettings) -> PreparedImage |
         orientation="landscape" if width >= height else "portrait",
         visual_tokens=visual_tokens(sent.shape[1], sent.shape[0], settings.patch),
         full_pixels=full if full.shape[0] * full.shape[1] > sent.shape[0] * sent.shape[1] else None,
+        orientation_confidence=found.confidence,
     )
 
 

@@ -1,0 +1,235 @@
+"""The `extract-sharded` flow: one large folder split into shards, each a child run of the extract deployment.
+
+Why shards as child flow runs (`run_deployment`) rather than tasks: each shard then runs wherever a Prefect
+worker of the pool picks it up, on any machine, in its own process; the UI shows one child run per shard with
+its own artifacts, and a shard that fails is rerun alone.
+
+What crosses the boundary is a shard manifest under `OUT/shards/<run_id>/` (relative paths, never bytes), so
+input and output folders must be shared storage, mounted at the same path on every worker machine.
+
+Why the parent runs discovery itself: content duplicates and already-done documents are decided once, over the
+whole folder, before splitting. A shard never holds two copies of the same content and two shards never hold
+the same content, so no document is extracted twice, however the shards are spread. The parent counts what it
+skips; each shard counts the rest; `seen == results + failures + skipped` is checked over the sum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import groupby
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+from prefect.context import get_run_context
+from prefect.deployments import run_deployment
+
+from pipeline.config import Settings
+from pipeline.datamodel import Skipped
+from pipeline.ingest import Discovery
+from pipeline.masking import install_masking
+from pipeline.report import summary_markdown
+from pipeline.runner import RunTally
+from pipeline.store import RUNS, done_keys, write_run_summary
+
+SHARDS = "shards"
+DEFAULT_SHARD_SIZE = 2000  # files per shard: minutes of work on one machine, a few hundred shards a night
+EXTRACT_DEPLOYMENT = "extract-folder/shard"
+_ADDITIVE = ("seen", "results", "failures", "skipped", "visual_tokens", "prompt_tokens", "completion_tokens",
+             "estimated_cost")
+
+
+@dataclass
+class ShardDiscovery(Discovery):
+    """Discovery over the files a shard manifest lists instead of a walk of the whole folder."""
+
+    rel_paths: Sequence[str] = ()
+
+    def items(self) -> Iterator[Any]:
+        root = self.root.resolve()
+        for rel in self.rel_paths:
+            yield from self._file_items(root, root / rel)
+
+
+@dataclass
+class Shard:
+    index: int
+    files: list[str]
+    items: int  # discovery items (pages, skips, ingest failures) the child must account for
+    manifest: Path | None = None
+
+
+def write_shard(out: Path, run_id: str, input_dir: Path, shard: Shard) -> Path:
+    """Write the shard manifest atomically, so a worker never reads half of one."""
+    folder = out / SHARDS / run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"shard-{shard.index:05d}.json"
+    tmp = folder / f".{final.name}.tmp"
+    tmp.write_text(json.dumps({"input_dir": str(input_dir), "files": shard.files, "items": shard.items}),
+                   encoding="utf-8")
+    os.replace(tmp, final)
+    return final
+
+
+def read_shard(manifest: Path) -> list[str]:
+    """The relative paths of a shard; a path that would leave the input folder is refused."""
+    files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+    for rel in files:
+        parts = PurePosixPath(rel)
+        if parts.is_absolute() or ".." in parts.parts:
+            raise ValueError(f"shard {manifest} lists {rel!r}, which is not inside the input folder")
+    return files
+
+
+def plan_shards(root: Path, done: Collection[str], size: int, tally: RunTally) -> Iterator[Shard]:
+    """Walk and hash the folder once; yield shards of at most `size` files as they fill.
+
+    Files whose every item is a skip (content seen earlier in the folder, already done, hidden, marker,
+    upload in progress) are counted in `tally` here and never sent; any file with a page to do or an ingest
+    failure to record goes to a shard, whose child rediscovers it and accounts for all its items."""
+    discovery = Discovery(root, done)
+    files: list[str] = []
+    items = index = 0
+    for rel, group in groupby(discovery.items(), key=lambda item: item.rel_path):
+        found = list(group)
+        if all(isinstance(item, Skipped) for item in found):
+            for item in found:
+                tally.seen += 1
+                tally.add_skip(item)
+            continue
+        files.append(rel)
+        items += len(found)
+        if len(files) >= size:
+            index += 1
+            yield Shard(index, files, items)
+            files, items = [], 0
+    if files:
+        yield Shard(index + 1, files, items)
+
+
+@dataclass
+class ShardOutcome:
+    shard: Shard
+    attempts: int = 0
+    summary: dict[str, Any] | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+async def run_shard(shard: Shard, launch: Callable[[Shard], Awaitable[dict[str, Any]]],
+                    attempts: int) -> ShardOutcome:
+    """Run one shard, again and again up to `attempts` times, until its child accounts for every item.
+
+    A rerun is cheap and safe: the child skips what an earlier attempt already wrote (same fingerprint)."""
+    outcome = ShardOutcome(shard)
+    while outcome.attempts < attempts:
+        outcome.attempts += 1
+        try:
+            summary = await launch(shard)
+        except Exception as exc:  # a crashed or cancelled child run: this shard is retried, not the others
+            outcome.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            continue
+        if summary["accounted"] and summary["seen"] == shard.items:
+            outcome.summary = summary
+            return outcome
+        outcome.errors.append(f"child accounted for {summary['seen']} of {shard.items} items")
+    return outcome
+
+
+def merge_summaries(own: dict[str, Any], outcomes: Sequence[ShardOutcome]) -> dict[str, Any]:
+    """The parent's skips plus every shard's counts. Percentiles do not add up across shards, so they are left
+    to the shards' own summaries; a shard that never finished leaves the run unaccounted."""
+    merged = {**own, "latency_ms_p50": None, "latency_ms_p95": None}
+    skipped_by_reason, failures_by_reason = Counter(own["skipped_by_reason"]), Counter(own["failures_by_reason"])
+    for outcome in outcomes:
+        if outcome.summary is None:
+            continue
+        for key in _ADDITIVE:
+            merged[key] += outcome.summary[key]
+        skipped_by_reason.update(outcome.summary["skipped_by_reason"])
+        failures_by_reason.update(outcome.summary["failures_by_reason"])
+    merged["skipped_by_reason"], merged["failures_by_reason"] = dict(skipped_by_reason), dict(failures_by_reason)
+    merged["estimated_cost"] = round(merged["estimated_cost"], 6)
+    merged["shards"] = len(outcomes)
+    merged["shards_failed"] = sum(1 for o in outcomes if o.summary is None)
+    merged["accounted"] = (merged["shards_failed"] == 0
+                           and merged["seen"] == merged["results"] + merged["failures"] + merged["skipped"])
+    if merged["elapsed_s"]:
+        merged["docs_per_s"] = round((merged["results"] + merged["failures"]) / merged["elapsed_s"], 3)
+    return merged
+
+
+def read_run_summary(out: Path, run_id: str) -> dict[str, Any]:
+    return json.loads((out / RUNS / f"{run_id}.json").read_text(encoding="utf-8"))
+
+
+def shard_size_from_env() -> int:
+    return int(os.environ.get("IDFLOW_SHARD_SIZE", DEFAULT_SHARD_SIZE))
+
+
+@flow(name="extract-sharded", flow_run_name="sharded {input_dir}", log_prints=False)
+async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", shard_size: int | None = None,
+                          parallel_shards: int = 8, attempts: int = 3, force: bool = False,
+                          deployment: str = EXTRACT_DEPLOYMENT, poll_interval: float = 5.0) -> dict[str, Any]:
+    """Extract `input_dir` as shards of `shard_size` files (default IDFLOW_SHARD_SIZE), each a child run of
+    `deployment` on whichever pool worker is free; at most `parallel_shards` shards are queued or running."""
+    install_masking("prefect", "prefect.flow_runs", "prefect.task_runs")
+    logger = get_run_logger()
+    settings = Settings(backend=backend)
+    root, out = Path(input_dir).resolve(), Path(out_dir)
+    run_id = str(get_run_context().flow_run.id)[:8]
+    size = shard_size or shard_size_from_env()
+    tally = RunTally()
+
+    async def launch(shard: Shard) -> dict[str, Any]:
+        run = await run_deployment(deployment, timeout=None, poll_interval=poll_interval, parameters={
+            "input_dir": str(root), "out_dir": out_dir, "backend": backend, "shard": str(shard.manifest),
+            "force": force})
+        if run.state is None or not run.state.is_completed():
+            raise RuntimeError(f"child run {run.name} ended {run.state.type.value if run.state else 'unknown'}")
+        return read_run_summary(out, str(run.id)[:8])
+
+    slots = asyncio.Semaphore(max(1, parallel_shards))
+    running: list[asyncio.Task[ShardOutcome]] = []
+
+    async def one(shard: Shard) -> ShardOutcome:
+        try:
+            outcome = await run_shard(shard, launch, attempts)
+        finally:
+            slots.release()
+        if outcome.summary is None:
+            logger.error("shard %d failed %d times: %s", shard.index, outcome.attempts, "; ".join(outcome.errors))
+        return outcome
+
+    plan = plan_shards(root, frozenset() if force else done_keys(out, settings.fingerprint()), size, tally)
+    while True:  # plan as shards are taken: workers start on shard 1 while the walk is still hashing
+        await slots.acquire()
+        shard = await asyncio.to_thread(next, plan, None)
+        if shard is None:
+            slots.release()
+            break
+        shard.manifest = write_shard(out, run_id, root, shard)
+        running.append(asyncio.create_task(one(shard)))
+    outcomes = await asyncio.gather(*running)
+
+    summary = merge_summaries(tally.summary(run_id=run_id, settings=settings), outcomes)
+    summary["input_dir"], summary["out_dir"] = str(root), str(out)
+    write_run_summary(out, summary)
+    await acreate_markdown_artifact(summary_markdown(summary, input_dir=str(root), out_dir=str(out)),
+                                    key="idflow-sharded-summary", description="idflow sharded run summary")
+    await acreate_table_artifact([{"shard": o.shard.index, "files": len(o.shard.files), "attempts": o.attempts,
+                                   "child_run": o.summary["run_id"] if o.summary else None,
+                                   "outcome": "done" if o.summary else "; ".join(o.errors)[:200]}
+                                  for o in outcomes], key="idflow-shards", description="shards of this run")
+    logger.info("sharded run %s: %d shards (%d failed) seen=%d results=%d failures=%d skipped=%d accounted=%s",
+                run_id, summary["shards"], summary["shards_failed"], summary["seen"], summary["results"],
+                summary["failures"], summary["skipped"], summary["accounted"])
+    if summary["shards_failed"]:
+        raise RuntimeError(f"{summary['shards_failed']} of {summary['shards']} shards failed after {attempts} "
+                           "attempts; rerun the flow: done documents are skipped")
+    return summary

@@ -1,0 +1,138 @@
+"""Real processes on loopback for end-to-end tests: a `prefect server start` with its own SQLite database and
+home, and a process group per started command so every child (workers, flow-run subprocesses) is killed in
+`finally`. Moved here from test_ops_e2e.py so the Dask and sharding tests share it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPO = Path(__file__).resolve().parent.parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+def healthy(api: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api}/health", timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@dataclass
+class Stack:
+    """Processes of one test module, logging to files under `tmp`; `url` is the Prefect server's UI root."""
+
+    url: str  # http://127.0.0.1:PORT
+    env: dict[str, str]
+    tmp: Path
+    procs: dict[str, subprocess.Popen]
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/api"
+
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = (self.tmp / f"{name}.log").open("wb")
+        proc = subprocess.Popen([*args], env=env or self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def idflow(self, name: str, *args: str) -> subprocess.Popen:
+        return self.start(name, sys.executable, "-m", "pipeline", *args)
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the whole process group: a crash, not a shutdown."""
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for name in list(self.procs)[::-1]:
+            self.stop(name)
+
+    def log(self, name: str) -> str:
+        path = self.tmp / f"{name}.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def alive(self, name: str) -> None:
+        proc = self.procs[name]
+        assert proc.poll() is None, f"{name} exited with {proc.returncode}:\n{self.log(name)}"
+
+    def call(self, fn: Callable[..., Any]) -> Any:
+        """Run `async fn(client)` against this server from the test process."""
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        async def main() -> Any:
+            with temporary_settings({PREFECT_API_URL: self.api}):
+                async with get_client() as client:
+                    return await fn(client)
+
+        return asyncio.run(main())
+
+
+S = TypeVar("S", bound=Stack)
+
+
+@contextmanager
+def prefect_server(tmp: Path, stack_class: type[S] = Stack, **fields: Any) -> Iterator[S]:
+    """A `prefect server start` on a free loopback port with a fresh database; yields the stack (extra dataclass
+    fields of `stack_class` from `fields`) and stops every process the stack started, last started first."""
+    port = free_port()
+    env = {**os.environ,
+           "PREFECT_HOME": str(tmp / "prefect-home"),
+           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp / 'prefect.db'}",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_UI_ENABLED": "true",
+           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+           "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "false",
+           "PREFECT_RUNNER_POLL_FREQUENCY": "2",
+           "PREFECT_LOGGING_LEVEL": "INFO",
+           "PWD": str(REPO)}
+    stack = stack_class(url=f"http://127.0.0.1:{port}", env=env, tmp=tmp, procs={}, **fields)
+    try:
+        stack.start("server", str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port))
+        wait_for(lambda: healthy(stack.api) or stack.alive("server"), 240, "the Prefect server")
+        yield stack
+    finally:
+        stack.stop_all()

@@ -1,0 +1,47 @@
+"""Hybrid backend: OCR first, the VLM (a real chat-completions server on loopback) only for unsettled pages."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from pipeline.config import OpenAISettings, Settings
+from pipeline.datamodel import DocumentRef, Record
+from pipeline.ingest import sha256_file
+from pipeline.runner import make_backend, process_document
+from tests.support.chat_server import VALID_ANSWER, ChatServer, ServerConfig
+
+KEY = "hybrid-test-key-0123456789"
+
+
+def _ref(path: Path) -> DocumentRef:
+    return DocumentRef(path=path, rel_path=path.name, sha256=sha256_file(path))
+
+
+def test_only_unsettled_pages_reach_the_vlm(sample_dir: Path, tmp_path: Path) -> None:
+    blank = tmp_path / "blank_card.png"  # a page the OCR cannot read anything from
+    Image.fromarray(np.full((540, 856, 3), 235, np.uint8)).save(blank)
+    with ChatServer(ServerConfig(api_key=KEY)) as server:
+        settings = Settings(backend="hybrid", concurrency=2,
+                            openai=OpenAISettings(api_key=KEY, base_url=server.base_url, model="test-vlm"))
+        backend = make_backend(settings)
+
+        async def run(paths: list[Path]) -> list:
+            slots = asyncio.Semaphore(1)
+            try:
+                return [await process_document(_ref(p), settings, backend, slots) for p in paths]
+            finally:
+                await backend.aclose()
+
+        passport, vlm_page = asyncio.run(run([sample_dir / "passport_td3.jpg", blank]))
+        requests = server.chat_requests()
+
+    assert isinstance(passport, Record) and passport.extraction.backend == "hybrid:ocr"
+    assert passport.extraction.fields["id_number"] == "UT4815926"
+    assert len(requests) == 1, "the passport's MRZ checks settle it: only the blank page is escalated"
+    assert isinstance(vlm_page, Record) and vlm_page.extraction.backend == "hybrid:openai"
+    assert vlm_page.extraction.fields["id_number"] == VALID_ANSWER["id_number"]
+    assert "cross.ocr_vs_vlm" in vlm_page.extraction.check_failures  # the OCR read nothing: no agreement
