@@ -15,12 +15,15 @@ import asyncio
 import contextlib
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.store import RESULTS, read_table
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # synth/ is not an installed package
+
+from pipeline.store import RESULTS, read_table  # noqa: E402
 
 
 async def one_run(folder: Path, out: Path, dask: str | None, batch_size: int,

@@ -25,7 +25,6 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 
-from flows.dask_batches import DaskBatches
 from flows.limits import request_slots
 from flows.sharded import ShardDiscovery, read_shard
 from pipeline import progress
@@ -90,7 +89,11 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     files = read_shard(Path(shard)) if shard else None
     expected_files = len(files) if files is not None else sum(1 for _ in walk(root.resolve()))
     progress_id = await acreate_progress_artifact(0.0, description="documents finished")
-    remote = DaskBatches(dask, overrides, run_id=run_id, fingerprint=fingerprint) if dask else None
+    remote = None
+    if dask:  # imported here, as backends are in make_backend: the default path never loads Dask
+        from flows.dask_batches import DaskBatches
+
+        remote = DaskBatches(dask, overrides, run_id=run_id, fingerprint=fingerprint)
     engine = make_backend(settings) if remote is None else None
     prepare_slots = asyncio.Semaphore(max(1, os.cpu_count() or 1))
     batch_slots = asyncio.Semaphore(remote.max_in_flight if remote else 2 + settings.concurrency // settings.batch_size)

@@ -181,14 +181,14 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
     install_masking("prefect", "prefect.flow_runs", "prefect.task_runs")
     logger = get_run_logger()
     settings = Settings(backend=backend)
-    root, out = Path(input_dir).resolve(), Path(out_dir)
+    root, out = Path(input_dir).resolve(), Path(out_dir).resolve()  # children run in other processes
     run_id = str(get_run_context().flow_run.id)[:8]
     size = shard_size or shard_size_from_env()
     tally = RunTally()
 
     async def launch(shard: Shard) -> dict[str, Any]:
         run = await run_deployment(deployment, timeout=None, poll_interval=poll_interval, parameters={
-            "input_dir": str(root), "out_dir": out_dir, "backend": backend, "shard": str(shard.manifest),
+            "input_dir": str(root), "out_dir": str(out), "backend": backend, "shard": str(shard.manifest),
             "force": force})
         if run.state is None or not run.state.is_completed():
             raise RuntimeError(f"child run {run.name} ended {run.state.type.value if run.state else 'unknown'}")

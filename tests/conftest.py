@@ -31,6 +31,7 @@ def prefect_api():
     """A real Prefect API for flow tests (temporary SQLite database, server subprocess on loopback)."""
     from prefect.testing.utilities import prefect_test_harness
 
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     with prefect_test_harness(server_startup_timeout=120):
         from prefect.settings import PREFECT_API_URL
 
@@ -40,3 +41,19 @@ def prefect_api():
 @pytest.fixture(scope="session")
 def sample_dir() -> Path:
     return REPO / "data" / "sample"
+
+
+@pytest.fixture
+def serve(request):
+    """Start test chat-completions servers on loopback (key: the test module's KEY); all stopped afterwards."""
+    from tests.support.chat_server import ChatServer, ServerConfig
+
+    servers = []
+
+    def start(**config):
+        servers.append(ChatServer(ServerConfig(api_key=request.module.KEY, **config)).start())
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from flows.limits import ensure_request_limit, request_limit_name
 from pipeline.ingest import skip_reason
 from pipeline.store import FAILURES, RESULTS, read_table
 from synth.sample_set import build_eval
@@ -71,8 +72,26 @@ def _rows(out: Path, name: str, columns: list[str]) -> list[dict[str, Any]]:
     return table.to_pylist() if table is not None else []
 
 
+@pytest.fixture
+def request_limit(prefect_api: str) -> Iterator[None]:
+    """A real request limit the workers acquire around their model calls. Two slots: both workers at once; the
+    killed worker's slot stays leased until the lease expires, so the survivor still has one. Removed after the
+    test so other tests in the session (concurrency 4) are not capped by it."""
+    from prefect.client.orchestration import get_client
+
+    asyncio.run(ensure_request_limit("ocr", 2))
+    yield
+
+    async def remove() -> None:
+        async with get_client() as client:
+            await client.delete_global_concurrency_limit_by_name(request_limit_name("ocr"))
+
+    asyncio.run(remove())
+
+
 def test_two_workers_one_killed_mid_batch_nothing_lost_or_duplicated(
-        cluster: tuple[Stack, str], documents: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        cluster: tuple[Stack, str], request_limit: None, documents: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.extract import extract_folder
 
     stack, address = cluster

@@ -4,29 +4,16 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
 from pipeline.config import OpenAISettings, PrepareSettings
 from pipeline.doctor import DoctorReport, doctor
 
-from tests.support.chat_server import ChatServer, ServerConfig
+from tests.support.chat_server import ChatServer
 
 KEY = "sk-doctor-5e8b1f2a9c7d3e40"
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., ChatServer]]:
-    servers: list[ChatServer] = []
-
-    def start(**config: Any) -> ChatServer:
-        servers.append(ChatServer(ServerConfig(api_key=KEY, **config)).start())
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def check(base_url: str, *, key: str | None = KEY, model: str = "test-vlm", environ: dict[str, str] | None = None,

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import httpx
 import numpy as np
@@ -21,7 +21,7 @@ from pipeline.backends.openai_compat import OpenAICompatBackend, encode_jpeg
 from pipeline.config import OpenAISettings
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason
 
-from tests.support.chat_server import VALID_ANSWER, ChatServer, ServerConfig, image_sha256
+from tests.support.chat_server import VALID_ANSWER, ChatServer, image_sha256
 
 KEY = "sk-test-7f3a9c2e5b1d4f60a8e2"
 Outcome = Extraction | Failure
@@ -38,19 +38,6 @@ def make_page(i: int) -> PreparedImage:
 
 def sha(page: PreparedImage) -> str:
     return image_sha256(encode_jpeg(page.pixels))
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., ChatServer]]:
-    servers: list[ChatServer] = []
-
-    def start(**config: Any) -> ChatServer:
-        servers.append(ChatServer(ServerConfig(api_key=KEY, **config)).start())
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def settings_for(server: ChatServer | str, **overrides: Any) -> OpenAISettings:

@@ -119,7 +119,7 @@ def test_shards_run_on_two_pool_workers_accounted_without_duplicates(pool: Stack
     assert (len(results), len(failures)) == (summary["results"], summary["failures"])
     keys = [(r["sha256"], r["page"]) for r in results]
     assert len(keys) == len(set(keys)), "a document was extracted twice"
-    assert len({r["run_id"] for r in results}) >= 3  # one Parquet part set per shard, in the same dataset
+    assert len({r["run_id"] for r in results + failures}) == summary["shards"]  # each shard wrote its own parts
 
     runs = pool.call(_shard_runs)
     assert len(runs) == summary["shards"] and all(r.state.is_completed() for r in runs)
