@@ -26,6 +26,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 
 from flows.limits import request_slots
+from flows.secrets import with_block_key
 from flows.sharded import ShardDiscovery, read_shard
 from pipeline import progress
 from pipeline.backends.base import ExtractionBackend
@@ -81,7 +82,7 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
         overrides["concurrency"] = concurrency
     if batch_size:
         overrides["batch_size"] = batch_size
-    settings = Settings(**overrides)
+    settings = await with_block_key(Settings(**overrides))
     root, out = Path(input_dir), Path(out_dir)
     run_id, fingerprint = _run_id(), settings.fingerprint()
     writer = RunWriter(out, run_id, fingerprint, settings.flush_every)

@@ -37,8 +37,10 @@ def load_settings(**overrides: object) -> Settings:
         raise config_error(str(exc)) from None
     vlm = settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend
     if vlm == "openai":
-        if settings.openai.api_key is None or not settings.openai.api_key.get_secret_value():
-            raise config_error("TAOTOKEN_API_KEY is not set (environment or .env)")
+        key = settings.openai.api_key
+        if (key is None or not key.get_secret_value()) and not os.environ.get("IDFLOW_OPENAI_KEY_BLOCK"):
+            raise config_error("TAOTOKEN_API_KEY is not set (environment, .env, or a Prefect Secret block named "
+                               "in IDFLOW_OPENAI_KEY_BLOCK)")
         if not settings.openai.model:
             raise config_error("TAOTOKEN_MODEL is not set: use the model id shown in the provider console")
     if vlm == "vllm":

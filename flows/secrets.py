@@ -1,0 +1,27 @@
+"""API keys from a Prefect Secret block, as an alternative to the environment or `.env`.
+
+Why in flows/: a block lives on the Prefect server, so only code that already talks to it loads one. The key is
+read inside the run, never passed as a flow parameter (parameters are stored and shown in the UI).
+"""
+
+from __future__ import annotations
+
+import os
+
+from prefect.blocks.system import Secret
+from pydantic import SecretStr
+
+from pipeline.config import Settings
+
+KEY_BLOCK_ENV = "IDFLOW_OPENAI_KEY_BLOCK"
+
+
+async def with_block_key(settings: Settings) -> Settings:
+    """Fill the OpenAI-compatible key from the Secret block named in IDFLOW_OPENAI_KEY_BLOCK, if the
+    environment and `.env` did not set one."""
+    block = os.environ.get(KEY_BLOCK_ENV)
+    if not block or settings.openai.api_key is not None:
+        return settings
+    secret = await Secret.aload(block)
+    settings.openai.api_key = SecretStr(str(secret.get()).strip())
+    return settings
