@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,6 +18,7 @@ from rich.table import Table
 
 from pipeline import progress
 from pipeline.config import Settings
+from pipeline.masking import mask_id
 from pipeline.report import CONSOLE_COLUMNS, masked_rows
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scanned identity documents in, validated records out.")
@@ -53,6 +56,15 @@ def load_settings(**overrides: object) -> Settings:
     return settings
 
 
+@contextmanager
+def progress_bar(label: str) -> Iterator[progress.ProgressSink]:
+    """A transient rich bar fed by `pipeline.progress` reports (done, total)."""
+    with Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task_id = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task_id, completed=done, total=total)
+
+
 @app.command()
 def run(
     input_dir: Annotated[Path, typer.Argument(help="folder of scans (searched recursively)")],
@@ -63,6 +75,7 @@ def run(
     force: Annotated[bool, typer.Option(help="redo documents already done with the same settings")] = False,
     fallback: Annotated[Optional[str], typer.Option(help="vllm only: none | openai when no server is healthy")] = None,
     dry_run: Annotated[bool, typer.Option(help="print predicted visual tokens and cost, send nothing")] = False,
+    dask: Annotated[Optional[str], typer.Option(help="run batches on Dask: tcp://host:8786 or local:N")] = None,
 ) -> None:
     """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for."""
     if not input_dir.is_dir():
@@ -75,15 +88,33 @@ def run(
         raise typer.Exit(0)
     from flows.extract import extract_folder
 
-    with Progress(TextColumn("[bold]extracting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
-        task_id = bar.add_task("docs", total=None)
-        with progress.listening(lambda done, total: bar.update(task_id, completed=done, total=total)):
-            summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
-                                                 concurrency=settings.concurrency,
-                                                 batch_size=settings.batch_size, force=force))
+    with progress_bar("extracting") as sink, progress.listening(sink):
+        summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
+                                             concurrency=settings.concurrency,
+                                             batch_size=settings.batch_size, force=force, dask=dask))
     print_summary(summary)
     show_rows(out, run_id=summary["run_id"])
+    raise typer.Exit(0 if summary["accounted"] else 1)
+
+
+@app.command()
+def sharded(
+    input_dir: Annotated[Path, typer.Argument(help="folder of scans on shared storage")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="output folder on shared storage")] = Path("out"),
+    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm | hybrid")] = None,
+    shard_size: Annotated[Optional[int], typer.Option(help="files per shard (default IDFLOW_SHARD_SIZE, 2000)")] = None,
+    parallel: Annotated[int, typer.Option(help="shards queued or running at once")] = 8,
+    deployment: Annotated[str, typer.Option(help="extract deployment the shards run on")] = "extract-folder/shard",
+) -> None:
+    """Split INPUT_DIR into shards run by the workers of a work pool (needs PREFECT_API_URL)."""
+    if not input_dir.is_dir():
+        raise config_error(f"input folder {input_dir} does not exist or is not a folder")
+    settings = load_settings(backend=backend)
+    from flows.sharded import extract_sharded
+
+    summary = asyncio.run(extract_sharded(str(input_dir.resolve()), str(out.resolve()), backend=settings.backend,
+                                          shard_size=shard_size, parallel_shards=parallel, deployment=deployment))
+    print_summary(summary)
     raise typer.Exit(0 if summary["accounted"] else 1)
 
 
@@ -165,7 +196,8 @@ def eval_(
     if not manifest.is_file():
         raise config_error(f"manifest {manifest} not found")
     settings = load_settings(backend=backend, concurrency=concurrency)
-    report = asyncio.run(evaluate(load_manifest(manifest), settings))
+    with progress_bar("evaluating") as sink, progress.listening(sink):
+        report = asyncio.run(evaluate(load_manifest(manifest), settings))
     data = report.as_dict()
     console.print(f"[bold]{data['documents']} documents, {data['fields_correct']}/{data['fields_total']} fields "
                   f"right = {data['accuracy']:.1%}; invented where absent: {data['invented_where_absent']}")
@@ -185,6 +217,8 @@ def eval_(
         table.add_row(f"{row['threshold']:.2f}", str(row["accepted"]), f"{row['precision']:.1%}")
     console.print(table)
     for miss in data["misses"][:30]:
+        if "id_number" in miss:  # the console is a log: numbers masked here, full values in report.json
+            miss = {**miss, "id_number": {k: mask_id(v) for k, v in miss["id_number"].items()}}
         console.print(f"  miss: {miss}")
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline import progress
 from pipeline.config import Settings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
 from pipeline.ingest import sha256_file
@@ -151,10 +152,16 @@ async def evaluate(items: list[EvalItem], settings: Settings) -> EvalReport:
     prepare_slots = asyncio.Semaphore(settings.concurrency)
     doc_slots = asyncio.Semaphore(settings.concurrency)  # bounds the decoded pages held in memory
 
+    done = 0
+
     async def one(item: EvalItem) -> ItemResult:
+        nonlocal done
         ref = DocumentRef(path=item.path, rel_path=item.rel_path, sha256=sha256_file(item.path), page=item.page)
         async with doc_slots:
-            return score_item(item, await process_document(ref, settings, backend, prepare_slots))
+            result = score_item(item, await process_document(ref, settings, backend, prepare_slots))
+        done += 1
+        progress.report(done, len(items))
+        return result
 
     try:
         return EvalReport(list(await asyncio.gather(*(one(it) for it in items))))
