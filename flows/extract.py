@@ -24,6 +24,7 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
+from prefect.runtime import flow_run
 
 from flows.limits import request_slots
 from flows.secrets import with_block_key
@@ -66,7 +67,18 @@ def _run_id() -> str:
         return uuid.uuid4().hex[:8]
 
 
-@flow(name="extract-folder", flow_run_name="extract {input_dir}", log_prints=False)
+ARTIFACT_ROWS = 200  # a UI table, not an export: the Parquet link artifact points at the full data
+
+
+def _run_name() -> str:
+    """`extract <folder> (<n> files)`: the folder's own name, not its full path (paths can hold names)."""
+    params = flow_run.parameters
+    root = Path(params["input_dir"])
+    files = len(read_shard(Path(params["shard"]))) if params.get("shard") else sum(1 for _ in walk(root.resolve()))
+    return f"extract {root.name} ({files} files)"
+
+
+@flow(name="extract-folder", flow_run_name=_run_name, log_prints=False)
 async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", concurrency: int | None = None,
                          batch_size: int | None = None, force: bool = False, dask: str | None = None,
                          shard: str | None = None) -> dict[str, Any]:
@@ -159,22 +171,23 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     summary["input_dir"], summary["out_dir"] = str(root), str(out)
     write_run_summary(out, summary)
     await aupdate_progress_artifact(progress_id, 100.0)
-    await _publish(summary, writer, input_dir=str(root), out_dir=str(out))
+    await _publish(summary, input_dir=str(root), out_dir=str(out))
     logger.info("run %s: seen=%d results=%d failures=%d skipped=%d accounted=%s", run_id, summary["seen"],
                 summary["results"], summary["failures"], summary["skipped"], summary["accounted"])
     return summary
 
 
-async def _publish(summary: dict[str, Any], writer: RunWriter, *, input_dir: str, out_dir: str) -> None:
+async def _publish(summary: dict[str, Any], *, input_dir: str, out_dir: str) -> None:
     """Artifacts for the Prefect UI: summary, masked tables of failures and a sample of results, link."""
     await acreate_markdown_artifact(summary_markdown(summary, input_dir=input_dir, out_dir=out_dir),
                                     key="idflow-run-summary", description="idflow run summary")
     for name, columns, key in ((FAILURES, FAILURE_COLUMNS, "idflow-failures"),
                                (RESULTS, SAMPLE_COLUMNS, "idflow-results")):
-        table = read_table(Path(out_dir), name, run_id=summary["run_id"])
-        rows = table.to_pylist() if table is not None else []
+        needed = [*columns, "expiry_long_term"] if name == RESULTS else list(columns)  # long-term shown as such
+        table = read_table(Path(out_dir), name, needed, run_id=summary["run_id"])
+        rows = table.slice(0, ARTIFACT_ROWS).to_pylist() if table is not None else []
         if rows:
-            await acreate_table_artifact(masked_rows(rows, columns), key=key,
+            await acreate_table_artifact(masked_rows(rows, columns, ARTIFACT_ROWS), key=key,
                                          description=f"{name} of this run (ID numbers masked)")
     await acreate_link_artifact(Path(out_dir).resolve().as_uri(), link_text="Parquet outputs",
                                 key="idflow-outputs")

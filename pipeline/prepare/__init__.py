@@ -10,6 +10,7 @@ from __future__ import annotations
 from pipeline.config import PrepareSettings
 from pipeline.containers import ContainerError
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason, Stage
+from pipeline.prepare.crop import crop_to_document
 from pipeline.prepare.load import load_page
 from pipeline.prepare.orient import Orientation, make_upright
 from pipeline.prepare.resize import cap_long_edge, encode, fit_to_budget, resize_to, visual_tokens
@@ -29,8 +30,13 @@ def prepare_page(ref: DocumentRef, settings: PrepareSettings) -> PreparedImage |
         decoded = load_page(ref, settings)
     except ContainerError as e:
         return Failure.for_ref(ref, _stage_of(e.reason), e.reason, e.detail)
+    # A page larger than the working size may be a flatbed scan with the card in a corner: crop to the
+    # document first, so capping the size below shrinks the card, not the empty page around it.
+    page = decoded
+    if max(decoded.shape[:2]) > max(FULL_MAX_LONG_EDGE, settings.max_long_edge):
+        page, _ = crop_to_document(decoded)
     # Orientation and skew are found and applied at working size: nothing downstream needs more pixels.
-    working = cap_long_edge(decoded, max(FULL_MAX_LONG_EDGE, settings.max_long_edge))
+    working = cap_long_edge(page, max(FULL_MAX_LONG_EDGE, settings.max_long_edge))
     upright, found = make_upright(working)
     height, width = upright.shape[:2]
     sent = resize_to(upright, fit_to_budget(width, height, settings))
