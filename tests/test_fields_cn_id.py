@@ -151,3 +151,12 @@ def test_id_number_is_not_a_validity_range() -> None:
     assert parse_validity("公民身份号码110101199003071233") is None
     assert parse_validity("110101199003071233") is None
     assert parse_validity("有效期限 2019.04.10-2099.04.10") is None  # an 80-year span is a misread
+
+
+@pytest.mark.parametrize("lines", [["姓名☑张三"], ["姓名|张三"], ["姓名 ☐", "张三"], ["姓名:", "》张三"]])
+def test_parse_front_name_drops_symbols_read_between_label_and_value(lines: list[str]) -> None:
+    assert cn_id.parse_front(lines, today=TODAY).name == "张三"
+
+
+def test_parse_front_name_with_letters_or_digits_is_not_repaired() -> None:
+    assert cn_id.parse_front(["姓名☑张3"], today=TODAY).name is None

@@ -32,7 +32,10 @@ def _engine():  # noqa: ANN202 - RapidOCR has no public type to annotate with
     if engine is None:
         from rapidocr import RapidOCR
 
-        engine = RapidOCR(params={"Global.log_level": "error"})
+        # No per-line direction classifier: the prepare stage has already made the page upright and
+        # `read_page` retries the whole page at 180°, whereas the classifier, asked line by line, turns
+        # single MRZ lines (fillers and digits look alike both ways up) upside down and garbles them.
+        engine = RapidOCR(params={"Global.log_level": "error", "Global.use_cls": False})
         _local.engine = engine
     return engine
 

@@ -98,6 +98,7 @@ def normalise_number(text: str, *, today: date | None = None) -> str | None:
 # -------------------------------------------------------------------------------------- card sides
 
 _NAME_LABEL = re.compile(r"^姓\s*名\s*[:：]?\s*")
+_LEADING_SYMBOLS = re.compile(r"^[^\w·•]+")  # a separator or speck read as a symbol ("姓名☑张三"): never a name
 _SEX_VALUE = re.compile(r"性\s*别\s*[:：]?\s*([男女])")
 _LABEL_ONLY = re.compile(r"^(姓名|性别|民族|出生|住址|公民身份号码|签发机关|有效期限)$")
 _AUTHORITY_LABEL = re.compile(r"签\s*发\s*机\s*关\s*[:：]?\s*")
@@ -136,9 +137,9 @@ def _name(lines: Sequence[str]) -> str | None:
         m = _NAME_LABEL.match(flat)
         if not m:
             continue
-        value = flat[m.end():]
+        value = _LEADING_SYMBOLS.sub("", flat[m.end():])
         if not value and i + 1 < len(lines):
-            value = normalise_text(lines[i + 1])
+            value = _LEADING_SYMBOLS.sub("", normalise_text(lines[i + 1]))
         return value if _CJK_NAME.fullmatch(value) else None
     return None
 
