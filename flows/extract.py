@@ -28,7 +28,7 @@ from prefect.runtime import flow_run
 
 from flows.limits import request_slots
 from flows.secrets import with_block_key
-from flows.sharded import ShardDiscovery, read_shard
+from flows.sharded import read_shard
 from pipeline import progress
 from pipeline.backends.base import ExtractionBackend
 from pipeline.config import Settings
@@ -141,7 +141,7 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
         job.add_done_callback(pending.discard)
 
     done = frozenset() if force else done_keys(out, fingerprint)
-    discovery = Discovery(root, done) if files is None else ShardDiscovery(root, done, rel_paths=files)
+    discovery = Discovery(root, done, only=files)
     batch: list[DocumentRef] = []
     try:
         for item in discovery.items():

@@ -46,17 +46,6 @@ _ADDITIVE = ("seen", "results", "failures", "skipped", "visual_tokens", "prompt_
 
 
 @dataclass
-class ShardDiscovery(Discovery):
-    """Discovery over the files a shard manifest lists instead of a walk of the whole folder."""
-
-    rel_paths: Sequence[str] = ()
-
-    def items(self) -> Iterator[Any]:
-        root = self.root.resolve()
-        for rel in self.rel_paths:
-            yield from self._file_items(root, root / rel)
-
-
 @dataclass
 class Shard:
     index: int
