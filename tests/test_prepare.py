@@ -6,8 +6,6 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import random
-import statistics
-import time
 from pathlib import Path
 
 import cv2
@@ -254,17 +252,6 @@ def test_orient_returns_the_upright_page(realdata_dir: Path) -> None:
     assert found.rotation == 270
     assert restored.shape == upright.shape
     assert np.array_equal(restored, upright)  # quarter turns are lossless
-
-
-def test_orientation_is_fast_enough(realdata_dir: Path) -> None:
-    pages = [_turn(_rgb(realdata_dir / s), r, 7.0) for s in SPECIMENS for r in (0, 90)]
-    _get_models()
-    cpu = []
-    for page in pages:
-        start = time.thread_time()  # ONNX runs single-threaded in this thread: CPU time of one core
-        detect_orientation(page)
-        cpu.append(time.thread_time() - start)
-    assert statistics.median(cpu) < 0.6, cpu  # measured ~0.25 s; margin for a loaded shared machine
 
 
 def test_blank_page_is_left_alone() -> None:
