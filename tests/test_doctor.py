@@ -88,7 +88,7 @@ def test_rejected_key_from_dotenv(serve: Callable[..., ChatServer], tmp_path: Pa
     server = serve()
     env_file = tmp_path / ".env"
     stale = "sk-old-key-from-dotenv-000"  # a fake, stale key the test server rejects
-    env_file.write_text(f"TAOTOKEN_API_KEY={stale}\n")
+    env_file.write_text("TAOTOKEN_API_KEY=" + stale + "\n")
     for var in ("TAOTOKEN_API_KEY", "IDFLOW_OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     settings = OpenAISettings(_env_file=env_file, base_url=server.base_url, model="test-vlm")  # type: ignore[call-arg]
