@@ -32,12 +32,17 @@ def config_error(message: str) -> typer.Exit:
     return typer.Exit(CONFIG_ERROR)
 
 
+def settings_problems(exc: ValidationError) -> str:
+    """Which settings are wrong and why, without echoing the values (one of them may be a key)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
+
+
 def load_settings(**overrides: object) -> Settings:
     """Settings from environment/.env plus CLI overrides; a bad value is a configuration error (exit 2)."""
     try:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        raise config_error(str(exc)) from None
+        raise config_error(settings_problems(exc)) from None
     vlm = settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend
     if vlm == "openai":
         key = settings.openai.api_key
@@ -239,7 +244,7 @@ def doctor(
     try:
         settings = Settings(**({"backend": backend} if backend else {}))
     except ValidationError as exc:
-        raise config_error(str(exc)) from None
+        raise config_error(settings_problems(exc)) from None
     if settings.backend == "ocr":
         raise config_error("the embedded ocr backend has no endpoint to check; use --backend openai")
     prepared = None
