@@ -15,7 +15,6 @@ from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.concurrency.asyncio import concurrency
 from prefect.exceptions import ObjectNotFound
 
-DEFAULT_REQUEST_LIMIT = 8
 
 
 def request_limit_name(backend: str) -> str:
