@@ -16,7 +16,6 @@ from prefect.concurrency.asyncio import concurrency
 from prefect.exceptions import ObjectNotFound
 
 
-
 def request_limit_name(backend: str) -> str:
     return f"idflow-requests-{backend}"
 
