@@ -30,6 +30,7 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.context import get_run_context
 from prefect.deployments import run_deployment
 
+from pipeline.atomic import write_json_atomic
 from pipeline.config import Settings
 from pipeline.datamodel import Skipped
 from pipeline.ingest import Discovery
@@ -56,14 +57,8 @@ class Shard:
 
 def write_shard(out: Path, run_id: str, input_dir: Path, shard: Shard) -> Path:
     """Write the shard manifest atomically, so a worker never reads half of one."""
-    folder = out / SHARDS / run_id
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"shard-{shard.index:05d}.json"
-    tmp = folder / f".{final.name}.tmp"
-    tmp.write_text(json.dumps({"input_dir": str(input_dir), "files": shard.files, "items": shard.items}),
-                   encoding="utf-8")
-    os.replace(tmp, final)
-    return final
+    return write_json_atomic(out / SHARDS / run_id / f"shard-{shard.index:05d}.json",
+                             {"input_dir": str(input_dir), "files": shard.files, "items": shard.items})
 
 
 def read_shard(manifest: Path) -> list[str]:

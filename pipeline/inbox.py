@@ -13,13 +13,13 @@ so every row can still be traced back to its upload folder.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pipeline.atomic import write_json_atomic
 from pipeline.datamodel import SkipReason
 from pipeline.ingest import skip_reason, walk
 from pipeline.store import RUNS
@@ -27,17 +27,6 @@ from pipeline.store import RUNS
 DEFAULT_MARKER = "_READY"
 STATE_DIR = "state"
 LEDGER_NAME = "folders.json"
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON under a hidden temp name and rename it, so a crash never leaves a half-written state file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def read_json(path: Path, default: Any) -> Any:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from pipeline.atomic import write_json_atomic
 from pipeline.datamodel import FIELD_NAMES, Failure, Record
 
 RESULTS = "results"
@@ -219,13 +220,7 @@ def done_keys(out_dir: Path, fingerprint: str) -> set[str]:
 
 
 def write_run_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
-    folder = out_dir / RUNS
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"{summary['run_id']}.json"
-    tmp = folder / f".{final.name}.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
-    os.replace(tmp, final)
-    return final
+    return write_json_atomic(out_dir / RUNS / f"{summary['run_id']}.json", summary)
 
 
 def latest_run_summary(out_dir: Path) -> dict[str, Any] | None:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline.inbox import Completion, folder_key, read_json, upload_folder_of, upload_folders, write_json_atomic
+from pipeline.atomic import write_json_atomic
+from pipeline.inbox import Completion, folder_key, read_json, upload_folder_of, upload_folders
 
 UPLOAD_EVENT = "idflow.upload.ready"
 RESOURCE_PREFIX = "idflow.upload."

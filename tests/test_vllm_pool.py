@@ -19,6 +19,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from pipeline.atomic import write_json_atomic
 from pipeline.backends.openai_compat import OpenAICompatBackend
 from pipeline.backends.vllm_pool import VllmPoolBackend
 from pipeline.config import OpenAISettings
@@ -275,8 +276,8 @@ def test_endpoints_from_environment_or_pool_file(tmp_path: Path, monkeypatch: py
     with pytest.raises(ValueError, match="idflow vllm up"):
         VllmSettings().resolve_pool()
     assert VllmSettings().served_model == ""
-    launcher.write_json(tmp_path / "pool.json", {"model": "qwen", "endpoints": ["http://127.0.0.1:8004/v1"],
-                                                 "pids": [1]})
+    write_json_atomic(tmp_path / "pool.json", {"model": "qwen", "endpoints": ["http://127.0.0.1:8004/v1"],
+                                               "pids": [1]})
     config = VllmSettings().resolve_pool()
     assert (config.endpoints, config.model, VllmSettings().served_model) == (["http://127.0.0.1:8004/v1"], "qwen",
                                                                              "qwen")

@@ -27,11 +27,11 @@ from typing import Any, Sequence
 import httpx
 from pydantic import SecretStr
 
+from pipeline.atomic import write_json_atomic
 from pipeline.backends.base import ExtractionBackend
 from pipeline.backends.openai_compat import CircuitBreaker, OpenAICompatBackend
 from pipeline.config import OpenAISettings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
-from pipeline.vllm.launcher import write_json
 from pipeline.vllm.settings import VllmSettings
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,7 @@ class VllmPoolBackend:
         """For `idflow vllm status`: the counters of this process's pool, written when health changes and at
         the end (small file, atomic rename)."""
         if self.stats_path is not None:
-            write_json(self.stats_path, self.snapshot())
+            write_json_atomic(self.stats_path, self.snapshot())
 
 
 def _with_attempts(outcome: Extraction | Failure, spent: Sequence[Failure]) -> Extraction | Failure:

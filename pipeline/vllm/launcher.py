@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
+from pipeline.atomic import write_json_atomic
 from pipeline.vllm.command import ServerSpec
 from pipeline.vllm.settings import PID_FILE, POOL_FILE, STATS_FILE
 from pipeline.vllm.watchdog import LogWatchdog, StartupWatch
@@ -75,14 +76,6 @@ class ServerStatus:
 
 # -- files ------------------------------------------------------------------------------------------------
 
-def write_json(path: Path, data: Any) -> None:
-    """Atomic: a reader never sees half a pool file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def read_pids(state_dir: Path) -> list[ServerProcess]:
     path = state_dir / PID_FILE
     if not path.is_file():
@@ -91,12 +84,12 @@ def read_pids(state_dir: Path) -> list[ServerProcess]:
 
 
 def _write_pids(state_dir: Path, servers: Sequence[ServerProcess]) -> None:
-    write_json(state_dir / PID_FILE, {"servers": [asdict(s) for s in servers]})
+    write_json_atomic(state_dir / PID_FILE, {"servers": [asdict(s) for s in servers]})
 
 
 def write_pool(state_dir: Path, servers: Sequence[ServerProcess], model: str) -> None:
-    write_json(state_dir / POOL_FILE, {"model": model, "endpoints": [s.base_url for s in servers],
-                                       "pids": [s.pid for s in servers]})
+    write_json_atomic(state_dir / POOL_FILE, {"model": model, "endpoints": [s.base_url for s in servers],
+                                              "pids": [s.pid for s in servers]})
 
 
 # -- processes --------------------------------------------------------------------------------------------
