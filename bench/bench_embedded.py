@@ -21,7 +21,8 @@ from pipeline.containers import ContainerError
 from pipeline.datamodel import DocumentRef
 from pipeline.ingest import Discovery
 from pipeline.prepare.load import load_page
-from pipeline.runner import make_backend, process_document
+from pipeline.backends.factory import make_backend
+from pipeline.engine import Engine
 
 
 def readable_refs(folder: Path) -> list[DocumentRef]:
@@ -53,14 +54,13 @@ def bare_rapidocr(refs: list[DocumentRef]) -> list[float]:
 
 async def pipeline_loop(refs: list[DocumentRef]) -> list[float]:
     settings = Settings(concurrency=1)
-    backend = make_backend(settings)
-    slots = asyncio.Semaphore(1)
-    await process_document(refs[0], settings, backend, slots)  # warm-up
     times = []
-    for ref in refs:
-        started = time.perf_counter()
-        await process_document(ref, settings, backend, slots)
-        times.append(time.perf_counter() - started)
+    async with Engine(settings, make_backend(settings), prepare_workers=1) as engine:
+        await engine.one(refs[0])  # warm-up
+        for ref in refs:
+            started = time.perf_counter()
+            await engine.one(ref)
+            times.append(time.perf_counter() - started)
     return times
 
 

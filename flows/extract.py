@@ -1,20 +1,21 @@
 """The `extract-folder` Prefect flow: a thin scheduler over the plain stages in `pipeline/`.
 
-Batches (not single images) are Prefect tasks, so the UI shows a few dozen task runs for a night's folder
-instead of thousands. Discovery is streamed and at most `max_batches_in_flight` batches exist at once, so
-memory stays flat however large the folder is. One backend instance serves the whole run, so its in-flight
-cap and circuit breaker hold across batches.
+The flow schedules and publishes; the documents go through `pipeline.engine.Engine` (in this process, or on Dask
+workers), and the flow only writes and counts their outcomes. Discovery is streamed into the engine's bounded
+queues, so memory stays flat however large the folder is. One backend instance serves the whole run, so its
+in-flight cap and circuit breaker hold across the folder; each of the engine's extractors holds one slot of the
+cross-run request limit.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
+import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import (
     acreate_link_artifact,
     acreate_markdown_artifact,
@@ -22,7 +23,6 @@ from prefect.artifacts import (
     acreate_table_artifact,
     aupdate_progress_artifact,
 )
-from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 from prefect.runtime import flow_run
 
@@ -30,41 +30,22 @@ from flows.limits import request_slots
 from flows.secrets import with_block_key
 from flows.sharded import read_shard
 from pipeline import progress
-from pipeline.backends.base import ExtractionBackend
+from pipeline.backends.factory import make_backend
 from pipeline.config import Settings
-from pipeline.datamodel import DocumentRef, Failure, Reason, Skipped
+from pipeline.engine import Engine, Item, Outcome
 from pipeline.ingest import Discovery, walk
 from pipeline.masking import install_masking
 from pipeline.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
-from pipeline.runner import BatchRows, RunTally, make_backend, process_batch
-from pipeline.store import FAILURES, RESULTS, RunWriter, done_keys, failure_row, read_table, write_run_summary
-
-
-@task(name="process-batch", persist_result=False, cache_policy=NO_CACHE)
-async def process_batch_task(refs: list[DocumentRef], settings: Settings, backend: ExtractionBackend,
-                             prepare_slots: asyncio.Semaphore, run_id: str, fingerprint: str) -> BatchRows:
-    """Prepare, extract and validate one batch. Results are rows; personal data never enters task results
-    on disk (`persist_result=False`)."""
-    return await process_batch(refs, settings, backend, prepare_slots=prepare_slots, run_id=run_id,
-                               fingerprint=fingerprint)
-
-
-def _internal_failures(refs: list[DocumentRef], exc: BaseException, *, run_id: str, fingerprint: str,
-                       backend: str) -> BatchRows:
-    """A crashed batch still accounts for its documents, as non-retryable internal errors."""
-    detail = f"{type(exc).__name__}: {exc}"[:500]
-    return BatchRows(failures=[
-        failure_row(Failure.for_ref(r, "internal", Reason.INTERNAL_ERROR, detail, backend=backend),
-                    fingerprint=fingerprint, run_id=run_id)
-        for r in refs
-    ])
+from pipeline.store import FAILURES, RESULTS, RunWriter, done_keys, read_table, write_run_summary
+from pipeline.tally import RunTally
 
 
 def _run_id() -> str:
+    """The flow run's id (a full UUID: run ids name Parquet parts, so they must never collide)."""
     try:
-        return str(get_run_context().flow_run.id)[:8]
-    except Exception:  # outside a flow run (tests calling .fn); a random id keeps parts distinct
-        return uuid.uuid4().hex[:8]
+        return str(get_run_context().flow_run.id)
+    except Exception:  # outside a flow run (tests calling .fn)
+        return str(uuid.uuid4())
 
 
 ARTIFACT_ROWS = 200  # a UI table, not an export: the Parquet link artifact points at the full data
@@ -100,81 +81,68 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     writer = RunWriter(out, run_id, fingerprint, settings.flush_every)
     tally = RunTally()
     files = read_shard(Path(shard)) if shard else None
-    expected_files = len(files) if files is not None else sum(1 for _ in walk(root.resolve()))
-    progress_id = await acreate_progress_artifact(0.0, description="documents finished")
-    remote = None
-    if dask:  # imported here, as backends are in make_backend: the default path never loads Dask
-        from flows.dask_batches import DaskBatches
-
-        remote = DaskBatches(dask, overrides, run_id=run_id, fingerprint=fingerprint)
-    engine = make_backend(settings) if remote is None else None
-    prepare_slots = asyncio.Semaphore(max(1, os.cpu_count() or 1))
-    batch_slots = asyncio.Semaphore(remote.max_in_flight if remote else 2 + settings.concurrency // settings.batch_size)
-    pending: set[asyncio.Task[None]] = set()
-
-    async def report() -> None:
-        done = tally.results + tally.failures + tally.skipped
-        progress.report(done, max(tally.seen, expected_files))
-        await aupdate_progress_artifact(progress_id, min(99.0, 100.0 * done / max(expected_files, 1)))
-
-    async def run_batch(refs: list[DocumentRef]) -> None:
-        try:
-            if remote is not None:  # the worker holds the request slots, around its own model calls
-                rows = await remote.run(refs)
-            else:
-                async with request_slots(settings.backend, min(len(refs), settings.concurrency)):
-                    rows = await process_batch_task(refs, settings, engine, prepare_slots, run_id, fingerprint)
-        except Exception as exc:  # a bug must not lose the batch's documents
-            logger.exception("batch of %d documents crashed", len(refs))
-            rows = _internal_failures(refs, exc, run_id=run_id, fingerprint=fingerprint, backend=settings.backend)
-        finally:
-            batch_slots.release()
-        writer.add_result_rows(rows.results)
-        writer.add_failure_rows(rows.failures)
-        tally.add_rows(rows)
-        await report()
-
-    async def submit(refs: list[DocumentRef]) -> None:
-        await batch_slots.acquire()
-        job = asyncio.create_task(run_batch(refs))
-        pending.add(job)
-        job.add_done_callback(pending.discard)
-
+    expected = len(files) if files is not None else sum(1 for _ in walk(root.resolve()))
+    progress_bar = Progress(await acreate_progress_artifact(0.0, description="documents finished"), expected)
     done = frozenset() if force else done_keys(out, fingerprint)
-    discovery = Discovery(root, done, only=files)
-    batch: list[DocumentRef] = []
-    try:
-        for item in discovery.items():
+
+    def discovered() -> Iterator[Item]:
+        for item in Discovery(root, done, only=files).items():
             tally.seen += 1
-            if isinstance(item, Skipped):
-                tally.add_skip(item)
-            elif isinstance(item, Failure):
-                rows = BatchRows(failures=[failure_row(item, fingerprint=fingerprint, run_id=run_id)])
-                writer.add_failure_rows(rows.failures)
-                tally.add_rows(rows)
-            else:
-                batch.append(item)
-                if len(batch) >= settings.batch_size:
-                    await submit(batch)
-                    batch = []
-        if batch:
-            await submit(batch)
-        await asyncio.gather(*pending)
+            yield item
+
+    try:
+        async for outcome, worker in _outcomes(discovered(), settings, dask=dask, overrides=overrides,
+                                               fingerprint=fingerprint):
+            writer.add(outcome, worker=worker)
+            tally.add(outcome)
+            await progress_bar.update(tally.finished, tally.seen)
     finally:
         writer.flush()
-        if engine is not None:
-            await engine.aclose()
-        if remote is not None:
-            remote.close()
 
     summary = tally.summary(run_id=run_id, settings=settings)
     summary["input_dir"], summary["out_dir"] = str(root), str(out)
     write_run_summary(out, summary)
-    await aupdate_progress_artifact(progress_id, 100.0)
+    await progress_bar.finish()
     await _publish(summary, input_dir=str(root), out_dir=str(out))
     logger.info("run %s: seen=%d results=%d failures=%d skipped=%d accounted=%s", run_id, summary["seen"],
                 summary["results"], summary["failures"], summary["skipped"], summary["accounted"])
     return summary
+
+
+async def _outcomes(items: Iterator[Item], settings: Settings, *, dask: str | None, overrides: dict[str, Any],
+                    fingerprint: str) -> AsyncIterator[tuple[Outcome, str]]:
+    """Every item's outcome with the worker that made it: the engine in this process, or Dask workers running
+    the same engine on batches (imported only then: the default path never loads Dask)."""
+    if dask:
+        from flows.dask_batches import DaskBatches
+
+        with DaskBatches(dask, overrides, fingerprint=fingerprint, batch_size=settings.batch_size) as remote:
+            async for pair in remote.run(items):
+                yield pair
+        return
+    engine = Engine(settings, make_backend(settings), request_slot=lambda: request_slots(settings.backend, 1))
+    async with engine:
+        async for outcome in engine.run(items):
+            yield outcome, "local"
+
+
+class Progress:
+    """The run's progress: every document to the CLI's bar, and to the Prefect progress artifact at most every
+    `every_s` seconds (one API call per document would cost more than a document at 80 documents/s)."""
+
+    def __init__(self, artifact_id: Any, expected: int, every_s: float = 2.0) -> None:
+        self.artifact_id, self.expected, self.every_s = artifact_id, expected, every_s
+        self._last = 0.0
+
+    async def update(self, finished: int, seen: int) -> None:
+        progress.report(finished, max(seen, self.expected))
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._last = now
+            await aupdate_progress_artifact(self.artifact_id, min(99.0, 100.0 * finished / max(self.expected, 1)))
+
+    async def finish(self) -> None:
+        await aupdate_progress_artifact(self.artifact_id, 100.0)
 
 
 async def _publish(summary: dict[str, Any], *, input_dir: str, out_dir: str) -> None:

@@ -22,7 +22,7 @@ async def retry_failures(out_dir: str, backend: str = "ocr", max_attempts: int =
     install_masking("prefect", "prefect.flow_runs", "prefect.task_runs")
     report = await retry_open_failures(Path(out_dir), Settings(backend=backend), run_id=_run_id(),
                                        max_attempts=max_attempts,
-                                       slots=lambda n: request_slots(backend, n))
+                                       slot=lambda: request_slots(backend, 1))
     await acreate_markdown_artifact(report.markdown(), key="idflow-retry-summary",
                                     description="idflow retry of the failure queue")
     get_run_logger().info("retry %s: %s", report.run_id, report.as_dict())

@@ -36,7 +36,7 @@ from pipeline.datamodel import Skipped
 from pipeline.ingest import Discovery
 from pipeline.masking import install_masking
 from pipeline.report import summary_markdown
-from pipeline.runner import RunTally
+from pipeline.tally import RunTally
 from pipeline.store import RUNS, done_keys, write_run_summary
 
 SHARDS = "shards"
@@ -85,7 +85,7 @@ def plan_shards(root: Path, done: Collection[str], size: int, tally: RunTally) -
         if all(isinstance(item, Skipped) for item in found):
             for item in found:
                 tally.seen += 1
-                tally.add_skip(item)
+                tally.add(item)
             continue
         files.append(rel)
         items += len(found)
@@ -166,7 +166,7 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
     logger = get_run_logger()
     settings = Settings(backend=backend)
     root, out = Path(input_dir).resolve(), Path(out_dir).resolve()  # children run in other processes
-    run_id = str(get_run_context().flow_run.id)[:8]
+    run_id = str(get_run_context().flow_run.id)
     size = shard_size or shard_size_from_env()
     tally = RunTally()
 
@@ -176,7 +176,7 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
             "force": force})
         if run.state is None or not run.state.is_completed():
             raise RuntimeError(f"child run {run.name} ended {run.state.type.value if run.state else 'unknown'}")
-        return read_run_summary(out, str(run.id)[:8])
+        return read_run_summary(out, str(run.id))
 
     slots = asyncio.Semaphore(max(1, parallel_shards))
     running: list[asyncio.Task[ShardOutcome]] = []

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import AsyncIterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -66,8 +66,8 @@ class ExportSummary:
     manifest_path: Path
 
 
-def export_requests(items: Iterable[PreparedImage | Failure], path: Path, *, request: OpenAISettings, model: str,
-                    fingerprint: str) -> ExportSummary:
+async def export_requests(items: AsyncIterable[PreparedImage | Failure], path: Path, *, request: OpenAISettings,
+                          model: str, fingerprint: str) -> ExportSummary:
     """Write the requests file and its manifest, streaming (one page's pixels in memory at a time). Both files
     appear under their final names only when complete."""
     manifest = manifest_path(path)
@@ -77,7 +77,7 @@ def export_requests(items: Iterable[PreparedImage | Failure], path: Path, *, req
     counts = {"requests": 0, "failures": 0}
     with _atomic(path) as requests_out, _atomic(manifest) as manifest_out:
         _write(manifest_out, header)
-        for item in items:
+        async for item in items:
             if isinstance(item, Failure):
                 counts["failures"] += 1
                 _write(manifest_out, {"failure": _failure_json(item)})

@@ -6,16 +6,18 @@ and warnings go to stderr, so `idflow vllm up --dry-run > launch.sh` captures th
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import uuid
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from collections.abc import AsyncIterator
+from typing import Annotated, Optional
 
 import typer
 from pydantic import ValidationError
 
 from pipeline.config import Settings
-from pipeline.datamodel import DocumentRef, Failure, PreparedImage
+from pipeline.datamodel import Failure, PreparedImage, Skipped
 from pipeline.vllm.settings import VllmSettings
 
 vllm_app = typer.Typer(no_args_is_help=True, help="Local vLLM servers, one per GPU, for `--backend vllm`.")
@@ -160,21 +162,22 @@ def export(
     # The batch request is the OpenAI-compatible backend's request, so results carry that fingerprint.
     fingerprint = settings.model_copy(update={
         "backend": "openai", "openai": settings.openai.model_copy(update={"model": model})}).fingerprint()
-    summary = export_requests(_prepared_pages(input_dir, settings), file, request=settings.openai, model=model,
-                              fingerprint=fingerprint)
+    summary = asyncio.run(export_requests(_prepared_pages(input_dir, settings), file, request=settings.openai,
+                                          model=model, fingerprint=fingerprint))
     typer.echo(f"{summary.requests} requests -> {summary.requests_path}; {summary.failures} pages failed before "
                f"a request (recorded in {summary.manifest_path})")
 
 
-def _prepared_pages(input_dir: Path, settings: Settings) -> Iterator[PreparedImage | Failure]:
+async def _prepared_pages(input_dir: Path, settings: Settings) -> AsyncIterator[PreparedImage | Failure]:
+    """The engine's prepare stage over the folder (every core); skips (hidden, duplicates) have nothing to export."""
+    from pipeline.backends.factory import make_backend
+    from pipeline.engine import Engine
     from pipeline.ingest import Discovery
-    from pipeline.prepare import prepare_page
 
-    for item in Discovery(input_dir).items():
-        if isinstance(item, Failure):
-            yield item
-        elif isinstance(item, DocumentRef):  # Skipped items (hidden, duplicates) have nothing to export
-            yield prepare_page(item, settings.prepare)
+    async with Engine(settings, make_backend(settings, "ocr")) as engine:
+        async for item in engine.prepared(Discovery(input_dir).items()):
+            if not isinstance(item, Skipped):
+                yield item
 
 
 @batch_app.command("import")
@@ -187,8 +190,8 @@ def import_(
     """Parse and validate every answer; write results and the failure queue as a run would."""
     from pipeline.batch_files import find_manifest, import_responses, read_manifest
     from pipeline.datamodel import Extraction, Record
-    from pipeline.store import RunWriter, failure_row, result_row
-    from pipeline.validate import validate
+    from pipeline.engine import finish
+    from pipeline.store import RunWriter
 
     settings, _ = _settings()
     if not file.is_file():
@@ -201,14 +204,12 @@ def import_(
     except (ValueError, KeyError) as exc:
         raise config_error(f"{manifest}: {exc}") from None
     report = import_responses(file, recorded)
-    run_id = uuid.uuid4().hex[:8]
+    run_id = str(uuid.uuid4())
     writer = RunWriter(out, run_id, recorded.fingerprint, flush_every=settings.flush_every)
-    outcomes = [validate(o, recorded.pages[o.ref.key]) if isinstance(o, Extraction) else o
+    outcomes = [finish(o, recorded.pages[o.ref.key]) if isinstance(o, Extraction) else o
                 for o in report.outcomes]
-    writer.add_result_rows(result_row(o, fingerprint=recorded.fingerprint, run_id=run_id)
-                           for o in outcomes if isinstance(o, Record))
-    writer.add_failure_rows(failure_row(o, fingerprint=recorded.fingerprint, run_id=run_id)
-                            for o in [*outcomes, *recorded.failures] if isinstance(o, Failure))
+    for outcome in [*outcomes, *recorded.failures]:
+        writer.add(outcome)
     writer.flush()
     results = sum(isinstance(o, Record) for o in outcomes)
     typer.echo(f"run {run_id}: {results} results, {len(outcomes) + len(recorded.failures) - results} failures "

@@ -8,7 +8,6 @@ A field whose truth is null and that comes back non-null is counted as *invented
 
 from __future__ import annotations
 
-import asyncio
 import json
 import unicodedata
 from collections import defaultdict
@@ -20,7 +19,8 @@ from pipeline import progress
 from pipeline.config import Settings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
 from pipeline.ingest import sha256_file
-from pipeline.runner import make_backend, process_document
+from pipeline.backends.factory import make_backend
+from pipeline.engine import Engine
 
 THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
 
@@ -147,23 +147,16 @@ class EvalReport:
 
 
 async def evaluate(items: list[EvalItem], settings: Settings) -> EvalReport:
-    """Run every manifest item through prepare -> extract -> validate and score it against its truth."""
-    backend = make_backend(settings)
-    prepare_slots = asyncio.Semaphore(settings.concurrency)
-    doc_slots = asyncio.Semaphore(settings.concurrency)  # bounds the decoded pages held in memory
-
-    done = 0
-
-    async def one(item: EvalItem) -> ItemResult:
-        nonlocal done
-        ref = DocumentRef(path=item.path, rel_path=item.rel_path, sha256=sha256_file(item.path), page=item.page)
-        async with doc_slots:
-            result = score_item(item, await process_document(ref, settings, backend, prepare_slots))
-        done += 1
-        progress.report(done, len(items))
-        return result
-
-    try:
-        return EvalReport(list(await asyncio.gather(*(one(it) for it in items))))
-    finally:
-        await backend.aclose()
+    """Run every manifest item through the engine (prepare -> extract -> validate) and score it against its truth.
+    Results are reported in manifest order, whatever order the documents finish in."""
+    position = {(item.rel_path, item.page): i for i, item in enumerate(items)}
+    refs = (DocumentRef(path=item.path, rel_path=item.rel_path, sha256=sha256_file(item.path), page=item.page)
+            for item in items)  # a generator: the engine hashes the files in a thread as it goes
+    scored: list[tuple[int, ItemResult]] = []
+    async with Engine(settings, make_backend(settings)) as engine:
+        async for outcome in engine.run(refs):
+            ref = outcome.extraction.ref if isinstance(outcome, Record) else outcome
+            index = position[(ref.rel_path, ref.page)]
+            scored.append((index, score_item(items[index], outcome)))  # type: ignore[arg-type]
+            progress.report(len(scored), len(items))
+    return EvalReport([result for _, result in sorted(scored, key=lambda pair: pair[0])])

@@ -7,16 +7,14 @@ document's failure rows (the original run counts as attempt 1), so the count sur
 extra state. Only documents whose latest failure is retryable (request errors, endpoint down; see
 `RETRYABLE_REASONS`) are retried; everything else waits for a person.
 
-No Prefect imports: the `retry-failures` flow passes a `slots` hook for the global concurrency limit.
+No Prefect imports: the `retry-failures` flow passes a `slot` hook for the global concurrency limit.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,9 +26,11 @@ import pyarrow.dataset as ds
 from pipeline.backends.base import ExtractionBackend
 from pipeline.config import Settings
 from pipeline.containers import ContainerError, page_count
-from pipeline.datamodel import DocumentRef
+from pipeline.datamodel import DocumentRef, Record
 from pipeline.ingest import sha256_file
-from pipeline.runner import BatchRows, RunTally, make_backend, process_batch
+from pipeline.backends.factory import make_backend
+from pipeline.engine import Engine, RequestSlot
+from pipeline.tally import RunTally
 from pipeline.store import FAILURES, RESULTS, RUNS, RunWriter, read_table, write_part, write_run_summary
 
 RESOLUTIONS = "resolutions"
@@ -41,8 +41,6 @@ RESOLUTION_SCHEMA = pa.schema([
     pa.field("resolved_at", pa.timestamp("us", tz="UTC"), nullable=False),
     pa.field("how", pa.string(), nullable=False),  # "retried" | "result_exists" (a later run succeeded)
 ])
-
-Slots = Callable[[int], AbstractAsyncContextManager[Any]]
 
 
 @dataclass(frozen=True)
@@ -171,12 +169,12 @@ def _ref(entry: OpenEntry) -> DocumentRef | None:
 
 
 async def retry_failures(out_dir: Path, settings: Settings, *, run_id: str, max_attempts: int = 3,
-                         backend: ExtractionBackend | None = None, slots: Slots | None = None) -> RetryReport:
+                         backend: ExtractionBackend | None = None, slot: RequestSlot | None = None) -> RetryReport:
     """Run every open, retryable failure of `settings.backend` with attempts left through the normal batch
     path once more; write the new results or failures to OUT like any run, and record what got resolved.
 
-    `max_attempts` counts the original run. `backend` is injectable for tests; `slots(n)` wraps each batch
-    (the flow passes the global request limit).
+    `max_attempts` counts the original run. `backend` is injectable for tests; `slot()` is held by each of the
+    engine's extractors (the flow passes a slot of the cross-run request limit).
     """
     report = RetryReport(run_id=run_id, max_attempts=max_attempts)
     entries, done_elsewhere = open_entries(out_dir)
@@ -197,29 +195,23 @@ async def retry_failures(out_dir: Path, settings: Settings, *, run_id: str, max_
     if not refs:
         return report
 
-    fingerprint = settings.fingerprint()
-    writer = RunWriter(out_dir, run_id, fingerprint, settings.flush_every)
+    resolved: list[tuple[str, int, str]] = []
+    writer = RunWriter(out_dir, run_id, settings.fingerprint(), settings.flush_every)
     tally = RunTally(seen=len(refs))
-    engine = backend or make_backend(settings)
-    prepare_slots = asyncio.Semaphore(2)
+    engine = Engine(settings, backend or make_backend(settings), request_slot=slot)
     try:
-        for start in range(0, len(refs), settings.batch_size):
-            batch = refs[start:start + settings.batch_size]
-            async with (slots(min(len(batch), settings.concurrency)) if slots else nullcontext()):
-                rows: BatchRows = await process_batch(batch, settings, engine, prepare_slots=prepare_slots,
-                                                      run_id=run_id, fingerprint=fingerprint)
-            writer.add_result_rows(rows.results)
-            writer.add_failure_rows(rows.failures)
-            writer.flush()  # results on disk before they are recorded as resolving anything
-            tally.add_rows(rows)
-            report.still_failing.update(r["reason"] for r in rows.failures)
-            report.resolved += len(rows.results)
-            write_resolutions(out_dir, [(r["sha256"], r["page"], run_id) for r in rows.results], run_id=run_id,
-                              how="retried")
+        async with engine:
+            async for outcome in engine.run(refs):
+                writer.add(outcome)
+                tally.add(outcome)
+                if isinstance(outcome, Record):
+                    resolved.append((outcome.extraction.ref.sha256, outcome.extraction.ref.page, run_id))
+                else:
+                    report.still_failing[str(outcome.reason)] += 1
     finally:
-        writer.flush()  # a crashed batch still keeps the rows of the batches before it
-        if backend is None:
-            await engine.aclose()
+        writer.flush()  # results on disk before they are recorded as resolving anything
+        report.resolved = len(resolved)
+        write_resolutions(out_dir, resolved, run_id=run_id, how="retried")
     summary = tally.summary(run_id=run_id, settings=settings)
     summary.update(input_dir=None, out_dir=str(out_dir), retry=report.as_dict())
     write_run_summary(out_dir, summary)

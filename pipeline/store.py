@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -21,7 +20,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pipeline.atomic import write_json_atomic
-from pipeline.datamodel import FIELD_NAMES, Failure, Record
+from pipeline.datamodel import FIELD_NAMES, Failure, Record, Skipped
+from pipeline.masking import redact
 
 RESULTS = "results"
 FAILURES = "failures"
@@ -89,7 +89,7 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def result_row(record: Record, *, fingerprint: str, run_id: str) -> dict[str, Any]:
+def result_row(record: Record, *, fingerprint: str, run_id: str, worker: str = "local") -> dict[str, Any]:
     """Flatten a Record into one results row (drops the pixels, keeps everything the table promises)."""
     ex, prep = record.extraction, record.prepared
     row: dict[str, Any] = {
@@ -122,7 +122,7 @@ def result_row(record: Record, *, fingerprint: str, run_id: str) -> dict[str, An
         "fingerprint": fingerprint,
         "run_id": run_id,
         "processed_at": _now(),
-        "worker": "local",
+        "worker": worker,
     }
     for name in FIELD_NAMES:
         reading = ex.field_states.get(name)
@@ -139,7 +139,7 @@ def failure_row(failure: Failure, *, fingerprint: str, run_id: str) -> dict[str,
         "stage": failure.stage,
         "reason": str(failure.reason),
         "retryable": failure.retryable,
-        "detail": failure.detail,
+        "detail": redact(failure.detail),
         "attempts": failure.attempts,
         "raw_response": (failure.raw_response or None) and failure.raw_response[:RAW_RESPONSE_LIMIT],
         "backend": failure.backend,
@@ -177,12 +177,12 @@ class RunWriter:
     _part: int = 0
     written: list[Path] = field(default_factory=list)
 
-    def add_result_rows(self, rows: Iterable[dict[str, Any]]) -> None:
-        self._results.extend(rows)
-        self._maybe_flush()
-
-    def add_failure_rows(self, rows: Iterable[dict[str, Any]]) -> None:
-        self._failures.extend(rows)
+    def add(self, outcome: Record | Failure | Skipped, *, worker: str = "local") -> None:
+        """Buffer one document's row (skips are only counted, never stored)."""
+        if isinstance(outcome, Record):
+            self._results.append(result_row(outcome, fingerprint=self.fingerprint, run_id=self.run_id, worker=worker))
+        elif isinstance(outcome, Failure):
+            self._failures.append(failure_row(outcome, fingerprint=self.fingerprint, run_id=self.run_id))
         self._maybe_flush()
 
     def _maybe_flush(self) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import shutil
 from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -32,8 +33,11 @@ def export(tmp_path: Path, n: int = 8) -> tuple[Path, list[Any]]:
     pages = [make_page(i) for i in range(n)]
     broken = Failure("broken.jpg", "f" * 64, None, "preprocess", Reason.DECODE_ERROR, "cannot decode")
     path = tmp_path / "requests.jsonl"
-    summary = export_requests([*pages[:3], broken, *pages[3:]], path, request=REQUEST, model=MODEL,
-                              fingerprint="fp-test")
+    async def items() -> AsyncIterator[Any]:
+        for item in [*pages[:3], broken, *pages[3:]]:
+            yield item
+
+    summary = asyncio.run(export_requests(items(), path, request=REQUEST, model=MODEL, fingerprint="fp-test"))
     assert (summary.requests, summary.failures) == (n, 1) and summary.manifest_path == manifest_path(path)
     return path, pages
 

@@ -130,17 +130,20 @@ def test_entries_of_another_backend_wait_for_that_backend(tmp_path: Path) -> Non
     assert retry(out, backend, "r2").other_backend == 1 and backend.calls == 0
 
 
-def test_slots_hook_wraps_each_batch(queue: tuple[Path, Path]) -> None:
+def test_each_extractor_holds_one_request_slot(queue: tuple[Path, Path]) -> None:
     _, out = queue
-    taken: list[int] = []
+    held: list[str] = []
 
     @asynccontextmanager
-    async def slots(n: int):
-        taken.append(n)
+    async def slot():
+        held.append("taken")
         yield
+        held.append("released")
 
-    retry(out, FakeBackend(), "r2", slots=slots)
-    assert taken == [1]
+    backend = FakeBackend()
+    retry(out, backend, "r2", slot=slot)
+    assert backend.calls == 1
+    assert held.count("taken") == held.count("released") == Settings().concurrency
 
 
 def test_retry_run_writes_a_summary_without_an_input_folder(queue: tuple[Path, Path]) -> None:

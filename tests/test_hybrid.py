@@ -11,7 +11,8 @@ from PIL import Image
 from pipeline.config import OpenAISettings, Settings
 from pipeline.datamodel import DocumentRef, Record
 from pipeline.ingest import sha256_file
-from pipeline.runner import make_backend, process_document
+from pipeline.backends.factory import make_backend
+from pipeline.engine import Engine
 from tests.support.chat_server import VALID_ANSWER, ChatServer, ServerConfig
 
 KEY = "hybrid-test-key-0123456789"
@@ -27,14 +28,10 @@ def test_only_unsettled_pages_reach_the_vlm(sample_dir: Path, tmp_path: Path) ->
     with ChatServer(ServerConfig(api_key=KEY)) as server:
         settings = Settings(backend="hybrid", concurrency=2,
                             openai=OpenAISettings(api_key=KEY, base_url=server.base_url, model="test-vlm"))
-        backend = make_backend(settings)
 
         async def run(paths: list[Path]) -> list:
-            slots = asyncio.Semaphore(1)
-            try:
-                return [await process_document(_ref(p), settings, backend, slots) for p in paths]
-            finally:
-                await backend.aclose()
+            async with Engine(settings, make_backend(settings)) as engine:
+                return [await engine.one(_ref(p)) for p in paths]
 
         passport, vlm_page = asyncio.run(run([sample_dir / "passport_td3.jpg", blank]))
         requests = server.chat_requests()

@@ -116,7 +116,7 @@ def test_upload_folder_triggers_one_completed_run_with_outputs_and_artifacts(sta
                                                                                upload_run: UploadRun) -> None:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
-    summary = json.loads((stack.out / RUNS / f"{upload_run.flow_run_id[:8]}.json").read_text())
+    summary = json.loads((stack.out / RUNS / f"{upload_run.flow_run_id}.json").read_text())
     assert summary["accounted"] and summary["seen"] == len(SAMPLES) + 1  # + the _READY marker (skipped)
     assert summary["input_dir"] == str(upload_run.folder.resolve())
     assert any((stack.out / RESULTS).rglob(f"part-{summary['run_id']}-*.parquet"))
@@ -277,7 +277,7 @@ def test_retry_failures_deployment_runs_under_the_request_limit(stack: OpsStack,
 
     run = stack.call(go)
     assert run.state.is_completed(), f"{run.state}\n{stack.log('serve')}"
-    assert run.state.is_completed() and not (stack.out / RUNS / f"{str(run.id)[:8]}.json").exists()  # nothing retried
+    assert run.state.is_completed() and not (stack.out / RUNS / f"{run.id}.json").exists()  # nothing retried
 
 
 def test_prefect_yaml_deploys_to_a_process_pool(stack: OpsStack, upload_run: UploadRun) -> None:

@@ -16,9 +16,7 @@ from pipeline.store import (
     RESULTS,
     RunWriter,
     done_keys,
-    failure_row,
     read_table,
-    result_row,
 )
 
 
@@ -37,12 +35,12 @@ def _record(i: int) -> Record:
 
 def test_rows_are_typed_and_parts_atomic(tmp_path: Path) -> None:
     writer = RunWriter(tmp_path, "run1", "fp1", flush_every=2)
-    writer.add_result_rows([result_row(_record(i), fingerprint="fp1", run_id="run1") for i in range(3)])
-    failure = Failure("bad.jpg", None, None, "ingest", Reason.UNSUPPORTED_TYPE, "text file")
-    writer.add_failure_rows([failure_row(failure, fingerprint="fp1", run_id="run1")])
+    for i in range(3):
+        writer.add(_record(i))
+    writer.add(Failure("bad.jpg", None, None, "ingest", Reason.UNSUPPORTED_TYPE, "text file"))
     writer.flush()
-    # 3 results + 1 failure with flush_every=2 -> two flushes: part 0 (3 results), part 1 (1 failure)
-    assert len(writer.written) == 2
+    # 3 results + 1 failure with flush_every=2 -> part 0 (2 results), part 1 (1 result, 1 failure)
+    assert len(writer.written) == 3
     assert not list(tmp_path.rglob(".*.tmp"))
 
     df = pd.read_parquet(tmp_path / RESULTS)
@@ -60,7 +58,7 @@ def test_rows_are_typed_and_parts_atomic(tmp_path: Path) -> None:
 
 def test_done_keys_depend_on_fingerprint(tmp_path: Path) -> None:
     writer = RunWriter(tmp_path, "run1", "fp1")
-    writer.add_result_rows([result_row(_record(7), fingerprint="fp1", run_id="run1")])
+    writer.add(_record(7))
     writer.flush()
     assert done_keys(tmp_path, "fp1") == {f"{7:064d}:0"}
     assert done_keys(tmp_path, "other") == set()
@@ -70,7 +68,7 @@ def test_done_keys_depend_on_fingerprint(tmp_path: Path) -> None:
 def test_read_one_run(tmp_path: Path) -> None:
     for run in ("a", "b"):
         writer = RunWriter(tmp_path, run, "fp")
-        writer.add_result_rows([result_row(_record(1), fingerprint="fp", run_id=run)])
+        writer.add(_record(1))
         writer.flush()
     assert read_table(tmp_path, RESULTS).num_rows == 2
     assert read_table(tmp_path, RESULTS, run_id="b").num_rows == 1
