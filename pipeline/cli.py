@@ -12,53 +12,29 @@ from typing import Annotated, Optional
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from pipeline import progress
+from pipeline.cli_common import (
+    config_error,
+    console,
+    load_settings,
+    settings_problems,
+)
+from pipeline.cli_ops import register as register_ops
+from pipeline.cli_vllm import register as register_vllm
 from pipeline.config import Settings
 from pipeline.masking import mask_id
 from pipeline.report import CONSOLE_COLUMNS, masked_rows
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scanned identity documents in, validated records out.")
-console = Console()
-
-CONFIG_ERROR = 2
-
-
-def config_error(message: str) -> typer.Exit:
-    console.print(f"[red]configuration error:[/red] {message}")
-    return typer.Exit(CONFIG_ERROR)
-
-
-def settings_problems(exc: ValidationError) -> str:
-    """Which settings are wrong and why, without echoing the values (one of them may be a key)."""
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
-
-
-def load_settings(**overrides: object) -> Settings:
-    """Settings from environment/.env plus CLI overrides; a bad value is a configuration error (exit 2)."""
-    try:
-        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as exc:
-        raise config_error(settings_problems(exc)) from None
-    vlm = settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend
-    if vlm == "openai":
-        key = settings.openai.api_key
-        if (key is None or not key.get_secret_value()) and not os.environ.get("IDFLOW_OPENAI_KEY_BLOCK"):
-            raise config_error("TAOTOKEN_API_KEY is not set (environment, .env, or a Prefect Secret block named "
-                               "in IDFLOW_OPENAI_KEY_BLOCK)")
-        if not settings.openai.model:
-            raise config_error("TAOTOKEN_MODEL is not set: use the model id shown in the provider console")
-    if vlm == "vllm":
-        try:
-            settings.vllm.resolve_pool()
-        except ValueError as exc:
-            raise config_error(str(exc)) from None
-        if settings.vllm.api_key is None:
-            raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
-    return settings
 
 
 @contextmanager
@@ -259,9 +235,5 @@ def doctor(
     raise typer.Exit(report.exit_code)
 
 
-from pipeline.cli_ops import register as register_ops  # noqa: E402  (serve, watch; imports cli lazily)
-
 register_ops(app)
-from pipeline.cli_vllm import register as register_vllm  # noqa: E402  (vllm up/status/down, batch export/import)
-
 register_vllm(app)

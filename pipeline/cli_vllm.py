@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import shutil
 import uuid
-from pathlib import Path
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from pydantic import ValidationError
 
+from pipeline.cli_common import config_error as cli_config_error
 from pipeline.config import Settings
 from pipeline.datamodel import Failure, PreparedImage, Skipped
 from pipeline.vllm.settings import VllmSettings
@@ -29,11 +30,9 @@ def _say(message: str) -> None:
 
 
 def config_error(message: str) -> typer.Exit:
-    """`pipeline.cli.config_error` (exit 2) for plain text: our messages hold `[vllm]`, JSON and command lines,
+    """`pipeline.cli_common.config_error` (exit 2) for plain text: our messages hold `[vllm]`, JSON and command lines,
     which rich would read as markup."""
     from rich.markup import escape
-
-    from pipeline.cli import config_error as cli_config_error
 
     return cli_config_error(escape(message))
 
