@@ -19,11 +19,12 @@ from statistics import mean
 from typing import Literal, Protocol, Sequence
 
 from pipeline.datamodel import FIELD_NAMES, FieldReading
-from pipeline.fields import cn_id, driving_licence, french_id, mrz
+from pipeline.fields import cn_id, cn_permanent_residence, driving_licence, french_id, mrz
 from pipeline.fields.dates import parse_printed_dates
 from pipeline.fields.names import looks_like_name
 
-DocumentType = Literal["cn_id", "passport", "id_card", "visa", "driving_licence", "unknown"]
+DocumentType = Literal["cn_id", "passport", "id_card", "visa", "driving_licence", "cn_permanent_residence",
+                       "unknown"]
 
 # Confidence multipliers: a failed check digit halves trust; a name has no check digit of its own.
 _CHECK_FAILED = 0.5
@@ -396,6 +397,21 @@ def _read_cn(texts: list[str], lines: Sequence[OcrLine], today: date, b: _Builde
     return True
 
 
+def _read_permanent_residence(texts: list[str], lines: Sequence[OcrLine], today: date, b: _Builder) -> None:
+    """Fill from a Foreign Permanent Resident ID Card: checksum-valid number, labelled name, validity end."""
+    card = cn_permanent_residence.read_card(texts, today=today)
+    b.checks += card.checks
+    b.failures += card.check_failures
+    if card.number is not None:
+        penalty = _CROSS_DISAGREES if card.check_failures else 1.0
+        b.present("id_number", card.number, _line_score(lines, card.number) * penalty)
+    if card.name is not None:
+        b.present("name", card.name, _line_score(lines, card.name.split()[0]) * _UNCHECKED_NAME)
+    if card.valid_until is not None:
+        until = card.valid_until if isinstance(card.valid_until, str) else card.valid_until.isoformat()
+        b.present("expiry_date", until, _line_score(lines, until.replace("-", ".")))
+
+
 def _doc_type_from_words(texts: list[str]) -> DocumentType:
     words = _fold(" ".join(texts))
     if re.search(r"\bPAS+(PORT|APORTE|EPORT)\b", words):
@@ -434,6 +450,9 @@ def read_document(lines: Sequence[OcrLine], today: date) -> DocumentReading:
             _add_licence_fields(ordered, printed, today)
         _read_zone(zone, ordered, printed, today, b)
         return b.finish(zone.doc_type)
+    if cn_permanent_residence.is_card(texts):  # before 居民身份证: its title also says 中华人民共和国
+        _read_permanent_residence(texts, ordered, today, b)
+        return b.finish("cn_permanent_residence")
     if _read_cn(texts, ordered, today, b):
         return b.finish("cn_id")
 

@@ -104,6 +104,11 @@ def find(lines: Sequence[str], today: date) -> LicenceZone | None:
 _FIELD = re.compile(r"^\s*(1|2|4\s*b|5)\s*[.,:]\s*(\S.*)$", re.IGNORECASE)
 
 
+def _name_words(value: str) -> str:
+    """Given names are printed comma-separated on some licences ("CLAIRE, MARIE"): words only."""
+    return " ".join(value.replace(",", " ").split())
+
+
 @dataclass(slots=True)
 class PrintedLicence:
     """Numbered fields as printed, each (value, index of the OCR line it came from)."""
@@ -124,9 +129,9 @@ def read_printed(texts: Sequence[str], today: date) -> PrintedLicence:
             continue
         key, value = re.sub(r"\s+", "", m.group(1)).lower(), m.group(2).strip()
         if key == "1" and printed.surname is None:
-            printed.surname = (value, i)
+            printed.surname = (_name_words(value), i)
         elif key == "2" and printed.given_names is None:
-            printed.given_names = (value, i)
+            printed.given_names = (_name_words(value), i)
         elif key == "4b" and printed.expiry is None and (dates := parse_printed_dates(value, today=today)):
             printed.expiry = (dates[0], i)
         elif key == "5" and printed.number is None:

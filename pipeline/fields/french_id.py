@@ -92,16 +92,18 @@ _BACK_MARKERS = re.compile(r"valable|d[ée]livr[ée]e|adresse|pr[ée]fecture", r
 
 def printed_expiry(texts: Sequence[str], today: date) -> tuple[int, date] | None:
     """The "Carte valable jusqu'au" date from the back as (index of the line it was read from, date); None
-    when no such label with a real date is on the page."""
+    when no such label with a real date is on the page. The date is read after the label, or from the
+    next line only when the label stands alone (the next line is otherwise the issue date)."""
     for i, text in enumerate(texts):
         m = _EXPIRY_LABEL.search(text)
         if m is None:
             continue
-        for j in (i, i + 1):
-            if j < len(texts):
-                found = parse_printed_dates(texts[j][m.end():] if j == i else texts[j], today=today)
-                if found:
-                    return j, found[0]
+        after = text[m.end():]
+        if any(c.isdigit() for c in after):
+            found = parse_printed_dates(after, today=today)
+            return (i, found[0]) if found else None
+        found = parse_printed_dates(texts[i + 1], today=today) if i + 1 < len(texts) else []
+        return (i + 1, found[0]) if found else None
     return None
 
 
