@@ -287,6 +287,8 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
 
     viz_name = _printed_name(printed)
     truncated_surname = getattr(zone, "surname", None) if zone.doc_type == "driving_licence" else None
+    if zone.name and not looks_like_name(zone.name):  # zone debris (digits): as if the name line was lost
+        b.failures.append("name.shape")
     if zone.name and looks_like_name(zone.name):
         words = {w for x in printed_boxes for w in _fold(x.text).split()}
         agrees = set(zone.name.split()) <= words
