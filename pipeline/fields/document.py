@@ -291,15 +291,16 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         b.failures.append("name.shape")
     if zone.name and looks_like_name(zone.name):
         words = {w for x in printed_boxes for w in _fold(x.text).split()}
-        agrees = set(zone.name.split()) <= words
-        disagrees = viz_name is not None and _fold(viz_name[0]) != _fold(zone.name)
+        name = _split_glued_words(zone.name, words)
+        agrees = set(name.split()) <= words
+        disagrees = viz_name is not None and _fold(viz_name[0]) != _fold(name)
         if not agrees and disagrees and \
-                difflib.SequenceMatcher(None, _fold(viz_name[0]), _fold(zone.name)).ratio() < _SAME_NAME_RATIO:
+                difflib.SequenceMatcher(None, _fold(viz_name[0]), _fold(name)).ratio() < _SAME_NAME_RATIO:
             b.failures.append("cross.name_mrz_vs_viz")
             b.unreadable("name")
         else:
             factor = cross("cross.name_mrz_vs_viz", agrees, disagrees)
-            b.present("name", zone.name, base * factor * (1.0 if agrees else _UNCHECKED_NAME))
+            b.present("name", name, base * factor * (1.0 if agrees else _UNCHECKED_NAME))
     elif viz_name is not None and truncated_surname:  # licence: the zone holds the surname's first 8 letters
         if _fold(viz_name[0]).replace(" ", "").startswith(truncated_surname.replace(" ", "")):
             b.checks.append("cross.name_mrz_vs_viz")
@@ -330,6 +331,20 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         dates = parse_printed_dates(viz_expiry[0], today=today)
         if dates:
             b.present("expiry_date", dates[0].isoformat(), viz_expiry[1] * _HEURISTIC)
+
+
+def _split_glued_words(name: str, printed_words: set[str]) -> str:
+    """A lone '<' between two names read as K glues them ("ANNAKMARIA"); split such a word at a K only
+    when both halves are printed on the page, i.e. when the page itself shows the separation."""
+    out = []
+    for word in name.split():
+        if word not in printed_words:
+            for i, c in enumerate(word):
+                if c == "K" and word[:i] in printed_words and word[i + 1:] in printed_words:
+                    word = f"{word[:i]} {word[i + 1:]}"
+                    break
+        out.append(word)
+    return " ".join(out)
 
 
 def _expiry_factor(zone: Zone) -> float:
