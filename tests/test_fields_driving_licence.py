@@ -107,3 +107,11 @@ def test_page_other_issuer_reads_printed_fields_at_low_confidence() -> None:
     assert r.doc_type == "driving_licence"
     assert r.fields["id_number"] == "5094962111" and r.fields["expiry_date"] == "2034-01-01"
     assert all(s.confidence <= 0.5 for k, s in r.states.items() if s.state == "present")
+
+
+def test_page_printed_expiry_cross_checks_the_zone() -> None:
+    r = read_document(page(*FRONT, BUILT), TODAY)
+    assert "cross.expiry_mrz_vs_viz" in r.checks
+    lines = [x.replace("4b. 01.01.2034", "4b. 01.01.2033") for x in FRONT]
+    r = read_document(page(*lines, BUILT), TODAY)
+    assert "cross.expiry_mrz_vs_viz" in r.check_failures and r.states["expiry_date"].confidence <= 0.5

@@ -126,7 +126,8 @@ def test_page_front_and_back() -> None:
     assert r.doc_type == "id_card"
     assert r.fields == {"name": "DUPONT LAMBERT MARIE ANNE", "id_number": "051275101234", "expiry_date": "2015-05-14"}
     assert set(states(r).values()) == {"present"}
-    assert {"mrz.number", "mrz.birth", "mrz.composite", "cross.number_mrz_vs_viz"} <= set(r.checks)
+    assert {"mrz.number", "mrz.birth", "mrz.composite", "cross.number_mrz_vs_viz", "cross.birth_mrz_vs_viz"} \
+        <= set(r.checks)
     assert r.check_failures == []
 
 

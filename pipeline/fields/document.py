@@ -323,8 +323,16 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
     elif viz_number is not None:
         b.present("id_number", re.sub(r"\s+", "", viz_number[0].upper()), viz_number[1] * _HEURISTIC)
 
+    born = getattr(zone, "birth_date", None)
+    if born is not None and any(born in parse_printed_dates(x.text, today=today) for x in printed_boxes):
+        b.checks.append("cross.birth_mrz_vs_viz")  # positive evidence only: a page prints several dates
     if zone.expiry_date is not None:
-        b.present("expiry_date", zone.expiry_date.isoformat(), base * _expiry_factor(zone))
+        factor = _expiry_factor(zone)
+        viz_expiry = printed.values.get("expiry")
+        if zone.doc_type == "driving_licence" and viz_expiry is not None:  # no expiry digit of its own
+            agrees = zone.expiry_date in parse_printed_dates(viz_expiry[0], today=today)
+            factor *= cross("cross.expiry_mrz_vs_viz", agrees, not agrees)
+        b.present("expiry_date", zone.expiry_date.isoformat(), base * factor)
     elif isinstance(zone, french_id.FrenchIdResult):
         _read_french_expiry(lines, today, b)
     elif (viz_expiry := printed.values.get("expiry")) is not None:
