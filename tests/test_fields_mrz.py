@@ -80,7 +80,8 @@ def test_cheminfo_vectors(vectors: dict) -> None:
         non_icao = "french" in case["file"].lower() or "swiss" in case["file"].lower()
         if "expected_exception" in case or non_icao:
             # 4 lines / wrong widths, French national ID (pre-2021, not ICAO TD2) and driving licences:
-            # not ICAO 9303 layouts, so not decoded at all rather than decoded wrongly.
+            # not ICAO 9303 layouts, so not decoded here at all rather than decoded wrongly (the French
+            # ones are decoded by french_id / driving_licence: tests/test_fields_french_id.py, ..._licence.py).
             assert result is None, case["test"]
             if "autocorrect_input" in case:
                 assert mrz.find(case["autocorrect_input"], TODAY) is None
