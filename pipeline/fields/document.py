@@ -320,7 +320,7 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
             re.sub(r"\s+", "", viz_number[0].upper()) != zone.number
         factor = cross("cross.number_mrz_vs_viz", agrees, disagrees)
         b.present("id_number", zone.number, base * factor * _check_factor(zone, "mrz.number"))
-    elif viz_number is not None:
+    elif zone.doc_type == "driving_licence" and viz_number is not None:  # issuer layout not decoded
         b.present("id_number", re.sub(r"\s+", "", viz_number[0].upper()), viz_number[1] * _HEURISTIC)
 
     born = getattr(zone, "birth_date", None)
@@ -335,7 +335,7 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         b.present("expiry_date", zone.expiry_date.isoformat(), base * factor)
     elif isinstance(zone, french_id.FrenchIdResult):
         _read_french_expiry(lines, today, b)
-    elif (viz_expiry := printed.values.get("expiry")) is not None:
+    elif zone.doc_type == "driving_licence" and (viz_expiry := printed.values.get("expiry")) is not None:
         dates = parse_printed_dates(viz_expiry[0], today=today)
         if dates:
             b.present("expiry_date", dates[0].isoformat(), viz_expiry[1] * _HEURISTIC)
