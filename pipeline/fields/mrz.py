@@ -368,15 +368,18 @@ def _decode_noisy(fmt: MrzFormat, lines: list[str], today: date, has_name_line: 
     often lost."""
     width = _WIDTH[fmt]
     name_index = 2 if fmt == "TD1" else 0
+    # Lines that may end in a run of fillers OCR drops: the name line, and TD1's first line (optional data).
+    tail_lines = {name_index, 0} if fmt == "TD1" else {name_index}
     for i, x in enumerate(lines):
-        if not (width // 2 <= len(x) <= width + 3 if i == name_index else abs(len(x) - width) <= max(3, width // 6)):
+        if not (width // 2 <= len(x) <= width + 3 if i in tail_lines else abs(len(x) - width) <= max(3, width // 6)):
             return None
     classes = _field_classes(fmt)
     name_start = 0 if fmt == "TD1" else 5
     per_line: list[list[tuple[str, int]]] = []
     for i, (line, cls) in enumerate(zip(lines, classes)):
         variants = []
-        for v in fit_width(line, width, is_name=i == name_index):
+        lost_tail = i == name_index or (i in tail_lines and len(line) < width - 1)
+        for v in fit_width(line, width, is_name=lost_tail):
             fixed = repair_chars(v, cls)
             if i == name_index:
                 fixed = fixed[:name_start] + repair_name_field(fixed[name_start:])
@@ -469,11 +472,15 @@ def find(lines: Sequence[str], today: date) -> MrzResult | None:
     for spaces_as_filler in (False, True):
         segments = ocr_segments(lines, spaces_as_filler=spaces_as_filler)
         for fmt in ("TD3", "MRVA", "TD2", "MRVB", "TD1"):
-            assembled = assemble_lines(segments, _WIDTH[fmt])
             n = _LINES[fmt]
-            windows = [(assembled[i:i + n], True) for i in range(len(assembled) - n + 1)]
-            if n == 2:  # the name line may be lost (glare, low contrast): decode the data line alone
-                windows += [(["<" * _WIDTH[fmt], x], False) for x in assembled]
+            windows: dict[tuple[tuple[str, ...], bool], None] = {}
+            # Assembled from every starting segment too: a short digit-rich line above the zone ("160 cm")
+            # would otherwise be glued in front of a first line that lost its trailing fillers.
+            for start in range(len(segments)):
+                assembled = assemble_lines(segments[start:], _WIDTH[fmt])
+                windows.update(((tuple(assembled[i:i + n]), True), None) for i in range(len(assembled) - n + 1))
+                if n == 2:  # the name line may be lost (glare, low contrast): decode the data line alone
+                    windows.update(((("<" * _WIDTH[fmt], x), False), None) for x in assembled)
             for window, has_name in windows:
                 decoded = _decode_noisy(fmt, list(window), today, has_name, page_tokens)
                 if decoded is None or not _convincing(*decoded, has_name):
