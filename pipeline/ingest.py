@@ -55,29 +55,37 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def entries(root: Path) -> Iterator[Path | OSError]:
-    """Every entry below root that is not a directory walked into, in a stable order, plus one `OSError` per
-    directory that cannot be listed.
+    """Every entry below root that is not a directory walked into, in a stable order (a directory's entries
+    before its subdirectories'), plus one `OSError` per directory that cannot be listed.
 
     Directory symlinks are yielded, not followed (so a link to a parent cannot loop the walk); hidden
     directories are yielded, not entered. FIFOs, sockets and devices are yielded like files: the caller
-    decides, from their type, never by opening them.
+    decides, from their type, never by opening them. Not `os.walk`: it stats each subdirectory by path to
+    tell a symlink from a directory, which fails for paths too long to name; `DirEntry` types need no path.
     """
-    errors: list[OSError] = []
-    for dirpath, dirnames, filenames in os.walk(root, onerror=errors.append, followlinks=False):
-        yield from errors
-        errors.clear()
-        here = Path(dirpath)
-        names = list(filenames)
-        walked = []
-        for name in dirnames:
-            if name.startswith(".") or (here / name).is_symlink():
-                names.append(name)
+    pending = [root]
+    while pending:
+        top = pending.pop()
+        try:
+            with os.scandir(top) as listing:
+                found = sorted(listing, key=lambda entry: entry.name)
+        except OSError as exc:
+            yield exc
+            continue
+        subdirectories = []
+        for entry in found:
+            if _walk_into(entry):
+                subdirectories.append(Path(entry.path))
             else:
-                walked.append(name)
-        dirnames[:] = sorted(walked)
-        for name in sorted(names):
-            yield here / name
-    yield from errors
+                yield Path(entry.path)
+        pending.extend(reversed(subdirectories))
+
+
+def _walk_into(entry: os.DirEntry[str]) -> bool:
+    try:
+        return not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)
+    except OSError:  # no type from the directory listing and no stat either: report it as an entry
+        return False
 
 
 def walk(root: Path) -> Iterator[Path]:
