@@ -147,27 +147,26 @@ class Discovery:
                 yield ref
 
     def _read_inside(self, root: Path, path: Path) -> bytes:
-        """The bytes of `path`, which must be a regular file inside root, or a symlink to one.
+        """The bytes of `path`, which must resolve to a regular file inside root (a symlink to one is fine).
 
-        Raises `ContainerError` (or `_DirectorySymlink` for a link to a directory inside root).
+        Raises `ContainerError` (or `_DirectorySymlink` for a link to a directory inside root). Containment is
+        checked on the resolved path for every entry, not only symlinks: a shard manifest (`only`) can name
+        `../x` or a path through a directory symlink.
         """
         try:
             st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                target_st = os.stat(path)  # ELOOP for a loop, ENOENT for a dangling link
+            target_st = os.stat(path) if stat.S_ISLNK(st.st_mode) else st  # ELOOP: loop, ENOENT: dangling
         except OSError as exc:
             if exc.errno == errno.ENOENT and os.path.islink(path):
                 raise ContainerError(Reason.BROKEN_SYMLINK, "symlink to a path that does not exist") from exc
             raise os_failure(exc) from exc
-        if not stat.S_ISLNK(st.st_mode):
-            return read_document(path, self.settings.max_input_bytes, follow_symlinks=False)
         target = Path(os.path.realpath(path))
         if not target.is_relative_to(root):
             raise ContainerError(Reason.SYMLINK_OUTSIDE_ROOT,
-                                 f"symlink to a {file_type(target_st.st_mode)} outside the input folder; refused")
-        if stat.S_ISDIR(target_st.st_mode):
+                                 f"resolves to a {file_type(target_st.st_mode)} outside the input folder; refused")
+        if stat.S_ISLNK(st.st_mode) and stat.S_ISDIR(target_st.st_mode):
             raise _DirectorySymlink
-        # The resolved target, not followed again: a link swapped after the containment check is refused.
+        # The resolved path, not followed again: a link swapped in after the containment check is refused.
         return read_document(target, self.settings.max_input_bytes, follow_symlinks=False)
 
 

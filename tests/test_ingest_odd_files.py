@@ -410,3 +410,18 @@ def test_seen_equals_results_failures_skipped_for_an_odd_folder(tmp_path: Path) 
     # The cheap count the flow uses for progress sees every top-level entry Discovery reports.
     assert len({p.relative_to(root).as_posix() for p in walk(root)}) == len({i.rel_path for i in items})
     assert _outcomes(items)[".git"] == ("skip", str(SkipReason.HIDDEN))
+
+
+def test_shard_paths_are_held_inside_the_root_too(tmp_path: Path) -> None:
+    root = tmp_path / "in"
+    (root / "sub").mkdir(parents=True)
+    _png(tmp_path / "outside.png", 1)
+    _png(root / "sub" / "a.png", 2)
+    os.symlink(tmp_path, root / "up")
+    items = list(Discovery(root, only=["../outside.png", "up/outside.png", "sub/../sub/a.png", "sub"]).items())
+    assert [(i.rel_path, type(i).__name__, str(getattr(i, "reason", ""))) for i in items] == [
+        ("../outside.png", "Failure", "symlink_outside_root"),
+        ("up/outside.png", "Failure", "symlink_outside_root"),
+        ("sub/../sub/a.png", "DocumentRef", ""),
+        ("sub", "Failure", "not_a_regular_file"),
+    ]
