@@ -80,8 +80,11 @@ def read_document(path: Path, max_bytes: int, *, follow_symlinks: bool = True) -
         _check_regular(os.stat(path, follow_symlinks=follow_symlinks), max_bytes)
         fd = os.open(path, _OPEN_FLAGS | (0 if follow_symlinks else os.O_NOFOLLOW))
         with os.fdopen(fd, "rb") as fh:
-            _check_regular(os.fstat(fh.fileno()), max_bytes)
-            data = fh.read(max_bytes + 1)
+            size = _check_regular(os.fstat(fh.fileno()), max_bytes)
+            os.set_blocking(fd, True)  # non-blocking was for the open; a regular file reads normally
+            data = fh.read(size + 1)  # sized by fstat: read(max_bytes) would allocate max_bytes every time
+            if len(data) > size:  # growing while we read: take the rest, up to the cap
+                data += fh.read(max_bytes + 1 - len(data))
     except OSError as e:
         raise os_failure(e) from e
     if len(data) > max_bytes:  # grew after the size check
@@ -99,11 +102,13 @@ def file_type(mode: int) -> str:
     return "regular file" if stat.S_ISREG(mode) else "special file"
 
 
-def _check_regular(st: os.stat_result, max_bytes: int) -> None:
+def _check_regular(st: os.stat_result, max_bytes: int) -> int:
+    """The file's size, if it is a regular file no larger than `max_bytes`."""
     if not stat.S_ISREG(st.st_mode):
-        raise ContainerError(Reason.NOT_A_REGULAR_FILE, f"a {file_type(st.st_mode)}, not a regular file; not opened")
+        raise ContainerError(Reason.NOT_A_REGULAR_FILE, f"a {file_type(st.st_mode)}, not a regular file; not read")
     if st.st_size > max_bytes:
         raise ContainerError(Reason.TOO_LARGE, f"{st.st_size} bytes > max_input_bytes {max_bytes}")
+    return st.st_size
 
 
 def os_failure(e: OSError) -> ContainerError:
