@@ -31,6 +31,9 @@ class PrepareSettings(BaseSettings):
     max_pixels: int = Field(1_048_576, ge=4096)
     patch: int = Field(32, ge=1, description="pixels per visual token side (32 for Qwen3.5, 28 for Qwen2.5-VL)")
     max_input_pixels: int = Field(120_000_000, ge=1, description="decompression-bomb cap on the decoded page")
+    # Excluded from the fingerprint: it decides whether a file is read at all, not what its result is.
+    max_input_bytes: int = Field(512 * 1024 * 1024, ge=1, exclude=True,
+                                 description="larger files are too_large (a document is read into memory once)")
     min_input_side: int = Field(48, ge=1, description="pages smaller than this on either side are too_small")
     pdf_dpi: int = Field(200, ge=50, le=600)
     jpeg_quality: int = Field(90, ge=50, le=100)
