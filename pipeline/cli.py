@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 from collections.abc import Iterator
@@ -18,17 +19,18 @@ from rich.table import Table
 
 from pipeline import progress
 from pipeline.config import Settings
-from pipeline.masking import mask_id
+from pipeline.masking import mask_id, redact
 from pipeline.report import CONSOLE_COLUMNS, masked_rows
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scanned identity documents in, validated records out.")
 console = Console()
 
 CONFIG_ERROR = 2
+PREFECT_ERROR = 3  # the temporary Prefect server did not start
 
 
 def config_error(message: str) -> typer.Exit:
-    console.print(f"[red]configuration error:[/red] {message}")
+    console.print(f"[red]configuration error:[/red] {redact(message)}")
     return typer.Exit(CONFIG_ERROR)
 
 
@@ -91,12 +93,22 @@ def run(
     if dry_run:
         print_estimate(input_dir, settings)
         raise typer.Exit(0)
-    from flows.extract import extract_folder
+    if dask and not all(map(importlib.util.find_spec, ("prefect_dask", "distributed"))):
+        raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
+    from flows.local_server import BackgroundServer, ServerStartError
 
-    with progress_bar("extracting") as sink, progress.listening(sink):
-        summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
-                                             concurrency=settings.concurrency,
-                                             batch_size=settings.batch_size, force=force, dask=dask))
+    with BackgroundServer() as server:  # a temporary Prefect server, started while the flows import
+        from flows.extract import extract_folder
+
+        try:
+            server.wait()
+        except ServerStartError as exc:
+            console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(PREFECT_ERROR) from None
+        with progress_bar("extracting") as sink, progress.listening(sink):
+            summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
+                                                 concurrency=settings.concurrency,
+                                                 batch_size=settings.batch_size, force=force, dask=dask))
     print_summary(summary)
     show_rows(out, run_id=summary["run_id"])
     raise typer.Exit(0 if summary["accounted"] else 1)
@@ -172,7 +184,7 @@ def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
         for col in failures.column_names:
             table.add_column(col)
         for row in failures.to_pylist()[:limit]:
-            table.add_row(*("" if v is None else str(v)[:80] for v in row.values()))
+            table.add_row(*("" if v is None else redact(str(v))[:80] for v in row.values()))
         console.print(table)
 
 
@@ -224,7 +236,7 @@ def eval_(
     for miss in data["misses"][:30]:
         if "id_number" in miss:  # the console is a log: numbers masked here, full values in report.json
             miss = {**miss, "id_number": {k: mask_id(v) for k, v in miss["id_number"].items()}}
-        console.print(f"  miss: {miss}")
+        console.print(f"  miss: {redact(str(miss))}")
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "report.json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")

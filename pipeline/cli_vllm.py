@@ -39,8 +39,10 @@ def config_error(message: str) -> typer.Exit:
 def _settings() -> tuple[Settings, VllmSettings]:
     try:
         return Settings(), VllmSettings()
-    except ValidationError as exc:
-        raise config_error(str(exc)) from None
+    except ValidationError as exc:  # str(exc) would echo the values, the key among them
+        from pipeline.cli import settings_problems
+
+        raise config_error(settings_problems(exc)) from None
 
 
 # -- vllm -------------------------------------------------------------------------------------------------
