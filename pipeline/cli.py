@@ -250,6 +250,7 @@ def doctor(
     """Three-step check of the model endpoint (text ping, image arrives, sample returns valid JSON)."""
     from pipeline.datamodel import DocumentRef, Failure
     from pipeline.doctor import doctor as run_doctor
+    from pipeline.doctor import doctor_pool
     from pipeline.ingest import sha256_file
     from pipeline.prepare import prepare_page
 
@@ -258,17 +259,25 @@ def doctor(
     except ValidationError as exc:
         raise config_error(settings_problems(exc)) from None
     if settings.backend == "ocr":
-        raise config_error("the embedded ocr backend has no endpoint to check; use --backend openai")
+        raise config_error("the embedded ocr backend has no endpoint to check; use --backend openai or vllm")
     prepared = None
     if sample is not None:
         ref = DocumentRef(path=sample, rel_path=sample.name, sha256=sha256_file(sample))
         prepared = prepare_page(ref, settings.prepare)
         if isinstance(prepared, Failure):
             raise config_error(f"sample {sample} cannot be prepared: {prepared.reason} ({prepared.detail})")
-    report = run_doctor(settings.openai, prepare=settings.prepare, sample=prepared)
-    for line in report.lines():
-        console.print(line)
-    raise typer.Exit(report.exit_code)
+    if (settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend) == "vllm":  # the whole pool
+        if settings.vllm.api_key is None:
+            raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
+        try:
+            reports = doctor_pool(settings.vllm, prepare=settings.prepare, sample=prepared)
+        except (ValueError, KeyError, OSError) as exc:
+            raise config_error(f"vLLM pool: {exc}") from None
+    else:
+        reports = [run_doctor(settings.openai, prepare=settings.prepare, sample=prepared)]
+    for line in (line for report in reports for line in report.lines()):
+        console.print(redact(line), markup=False)
+    raise typer.Exit(max(report.exit_code for report in reports))
 
 
 from pipeline.cli_ops import register as register_ops  # noqa: E402  (serve, watch; imports cli lazily)
