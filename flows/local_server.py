@@ -156,12 +156,13 @@ class BackgroundServer:
             lines = []
         return f"last output: {lines[-1][:200]}" if lines else "no output"
 
-    def stop(self) -> None:
-        """Flush what Prefect still queues for the server, then stop the server (SIGTERM, then SIGKILL)."""
+    def stop(self, drain_s: float = 10.0) -> None:
+        """Flush what Prefect still queues for the server (up to `drain_s` per queue), then stop the server
+        (SIGTERM, then SIGKILL)."""
         if self.proc is None:
             return
         if os.environ.get("PREFECT_API_URL") == self.api_url:
-            _drain_prefect_queues()
+            _drain_prefect_queues(drain_s)
             del os.environ["PREFECT_API_URL"]
         self._settings.close()
         proc, self.proc = self.proc, None
@@ -175,13 +176,13 @@ class BackgroundServer:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        try:
-            self.stop()
+        try:  # a run being terminated (SIGTERM, Ctrl-C) does not wait long for its last logs
+            self.stop(drain_s=10.0 if exc_type is None else 2.0)
         finally:
             self._log_dir.cleanup()
 
 
-def _drain_prefect_queues(timeout: float = 10.0) -> None:
+def _drain_prefect_queues(timeout: float) -> None:
     """Send the logs and events Prefect still holds before their server goes away (else they fail at exit)."""
     if "prefect.logging.handlers" in sys.modules:
         sys.modules["prefect.logging.handlers"].APILogWorker.drain_all(timeout=timeout)
