@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -30,7 +31,8 @@ PREFECT_ERROR = 3  # the temporary Prefect server did not start
 
 
 def config_error(message: str) -> typer.Exit:
-    console.print(f"[red]configuration error:[/red] {redact(message)}")
+    """Exit 2 with the message as plain text (`idflow[dask]` is not markup), document numbers masked."""
+    console.print(f"[red]configuration error:[/red] {escape(redact(message))}")
     return typer.Exit(CONFIG_ERROR)
 
 

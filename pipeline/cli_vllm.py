@@ -27,13 +27,10 @@ def _say(message: str) -> None:
 
 
 def config_error(message: str) -> typer.Exit:
-    """`pipeline.cli.config_error` (exit 2) for plain text: our messages hold `[vllm]`, JSON and command lines,
-    which rich would read as markup."""
-    from rich.markup import escape
-
+    """`pipeline.cli.config_error` (exit 2), imported late: pipeline.cli imports this module."""
     from pipeline.cli import config_error as cli_config_error
 
-    return cli_config_error(escape(message))
+    return cli_config_error(message)
 
 
 def _settings() -> tuple[Settings, VllmSettings]:
