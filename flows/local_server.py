@@ -45,6 +45,8 @@ def configured_api_url() -> str | None:
     other setting sources are checked after the import, in `BackgroundServer.wait`)."""
     if os.environ.get("PREFECT_API_URL"):
         return os.environ["PREFECT_API_URL"]
+    if "prefect.settings" in sys.modules:  # already imported (e.g. in a test harness): ask it, it is cheap now
+        return sys.modules["prefect.settings"].get_current_settings().api.url
     home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect")).expanduser()
     path = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
     try:

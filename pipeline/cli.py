@@ -105,7 +105,7 @@ def run(
         try:
             server.wait()
         except ServerStartError as exc:
-            console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(PREFECT_ERROR) from None
         with progress_bar("extracting") as sink, progress.listening(sink):
             summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
