@@ -95,3 +95,21 @@ def test_server_not_ready_in_time_is_one_clear_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "not ready after 1 s" in lines[0], output
     assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in lines[0] and "PREFECT_API_URL" in lines[0]
     assert prefect_servers(tmp_path / "prefect-home") == []
+
+
+def test_api_url_from_the_active_profile_means_no_temporary_server(tmp_path: Path) -> None:
+    """What `prefect config set PREFECT_API_URL=...` writes is honoured before Prefect is even imported."""
+    home = tmp_path / "prefect-home"
+    home.mkdir()
+    (home / "profiles.toml").write_text('active = "ops"\n\n[profiles.ops]\n'
+                                        'PREFECT_API_URL = "http://127.0.0.1:4200/api"\n\n[profiles.other]\n')
+    code = ("import sys; from flows.local_server import configured_api_url; print(configured_api_url()); "
+            "print('prefect' in sys.modules)")
+
+    def ask(**extra: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", code], env=run_env(tmp_path, **extra), capture_output=True,
+                              text=True, check=True, timeout=120).stdout.split()
+
+    assert ask() == ["http://127.0.0.1:4200/api", "False"]
+    assert ask(PREFECT_PROFILE="other") == ["None", "False"]
+    assert ask(PREFECT_API_URL="http://127.0.0.1:9/api") == ["http://127.0.0.1:9/api", "False"]
