@@ -57,7 +57,14 @@ def test_run_on_a_saturated_cpu_succeeds_quietly_and_stops_its_server(tmp_path: 
     assert (tmp_path / "prefect-home" / "prefect.db").is_file()  # the run did use a server of its own
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+# SIGTERM: Prefect's handler raises TerminationSignal in whichever coroutine runs; today that is often a batch
+# task of flows/extract.py whose exception nobody retrieves, so the run goes on (the engine rewrite must let
+# BaseExceptions from batch tasks stop the loop). Strict: this turns into a failure once that is fixed.
+SIGTERM_LOST = pytest.mark.xfail(strict=True, reason="run loop swallows TerminationSignal raised in a batch task")
+
+
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=SIGTERM_LOST), signal.SIGKILL],
+                         ids=["SIGTERM", "SIGKILL"])
 def test_killed_run_leaves_no_prefect_server(tmp_path: Path, sig: signal.Signals) -> None:
     scans = unique_scans(tmp_path / "in", 400)
     with ChatServer(ServerConfig(api_key=KEY, latency_s=0.3, max_concurrency=1)) as chat:
@@ -74,7 +81,8 @@ def test_killed_run_leaves_no_prefect_server(tmp_path: Path, sig: signal.Signals
             servers = prefect_servers(tmp_path / "prefect-home")
             assert len(servers) == 1, servers
             os.kill(proc.pid, sig)
-            proc.wait(timeout=300)  # SIGTERM: Prefect marks the flow run Crashed first, then the run stops
+            code = proc.wait(timeout=120)  # SIGTERM: Prefect marks the flow run Crashed first, then it stops
+            assert code != 0, "the run finished all its pages instead of stopping"
             wait_for(lambda: prefect_servers(tmp_path / "prefect-home") == [], 30, "the server to go", every=0.2)
         finally:
             if proc.poll() is None:
