@@ -57,10 +57,14 @@ def configured_api_url() -> str | None:
     return profiles.get("profiles", {}).get(active, {}).get("PREFECT_API_URL") or None
 
 
+# Resolved here, before any fork: the child only calls it (no dynamic loading between fork and exec).
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
 def _die_with_parent(parent: int) -> None:
     """preexec_fn of the server: SIGKILL it when the process that started it dies, however that happens."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os.kill(os.getpid(), signal.SIGKILL)
 
