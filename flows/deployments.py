@@ -1,7 +1,8 @@
 """The deployment set served by `idflow serve`: `on-upload`, `nightly` and `retry-failures`.
 
-`deployments/prefect.yaml` declares the same three for `prefect deploy --all` with a process work pool; keep
-the two in step (names, parameters, trigger, schedules).
+`deployments/prefect.yaml` declares the same three for `prefect deploy --all` with a process work pool (plus
+the work-pool-only `shard` and `sharded`); tests/test_deployments.py fails when the two disagree (names,
+entrypoints, parameters, schedules, limits, trigger, descriptions).
 """
 
 from __future__ import annotations

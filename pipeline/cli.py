@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.markup import escape
 from rich.table import Table
 
 from pipeline import progress
@@ -31,10 +33,11 @@ from pipeline.cli_common import (
 from pipeline.cli_ops import register as register_ops
 from pipeline.cli_vllm import register as register_vllm
 from pipeline.config import Settings
-from pipeline.masking import mask_id
+from pipeline.masking import mask_id, redact
 from pipeline.report import CONSOLE_COLUMNS, masked_rows
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scanned identity documents in, validated records out.")
+PREFECT_ERROR = 3  # the temporary Prefect server did not start
 
 
 @contextmanager
@@ -67,12 +70,22 @@ def run(
     if dry_run:
         print_estimate(input_dir, settings)
         raise typer.Exit(0)
-    from flows.extract import extract_folder
+    if dask and not all(map(importlib.util.find_spec, ("prefect_dask", "distributed"))):
+        raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
+    from flows.local_server import BackgroundServer, ServerStartError
 
-    with progress_bar("extracting") as sink, progress.listening(sink):
-        summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
-                                             concurrency=settings.concurrency,
-                                             batch_size=settings.batch_size, force=force, dask=dask))
+    with BackgroundServer() as server:  # a temporary Prefect server, started while the flows import
+        from flows.extract import extract_folder
+
+        try:
+            server.wait()
+        except ServerStartError as exc:
+            console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(PREFECT_ERROR) from None
+        with progress_bar("extracting") as sink, progress.listening(sink):
+            summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
+                                                 concurrency=settings.concurrency,
+                                                 batch_size=settings.batch_size, force=force, dask=dask))
     print_summary(summary)
     show_rows(out, run_id=summary["run_id"])
     raise typer.Exit(0 if summary["accounted"] else 1)
@@ -148,7 +161,7 @@ def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
         for col in failures.column_names:
             table.add_column(col)
         for row in failures.to_pylist()[:limit]:
-            table.add_row(*("" if v is None else str(v)[:80] for v in row.values()))
+            table.add_row(*("" if v is None else redact(str(v))[:80] for v in row.values()))
         console.print(table)
 
 
@@ -200,7 +213,7 @@ def eval_(
     for miss in data["misses"][:30]:
         if "id_number" in miss:  # the console is a log: numbers masked here, full values in report.json
             miss = {**miss, "id_number": {k: mask_id(v) for k, v in miss["id_number"].items()}}
-        console.print(f"  miss: {miss}")
+        console.print(f"  miss: {redact(str(miss))}")
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "report.json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -214,6 +227,7 @@ def doctor(
     """Three-step check of the model endpoint (text ping, image arrives, sample returns valid JSON)."""
     from pipeline.datamodel import DocumentRef, Failure
     from pipeline.doctor import doctor as run_doctor
+    from pipeline.doctor import doctor_pool
     from pipeline.ingest import sha256_file
     from pipeline.prepare import prepare_page
 
@@ -222,17 +236,25 @@ def doctor(
     except ValidationError as exc:
         raise config_error(settings_problems(exc)) from None
     if settings.backend == "ocr":
-        raise config_error("the embedded ocr backend has no endpoint to check; use --backend openai")
+        raise config_error("the embedded ocr backend has no endpoint to check; use --backend openai or vllm")
     prepared = None
     if sample is not None:
         ref = DocumentRef(path=sample, rel_path=sample.name, sha256=sha256_file(sample))
         prepared = prepare_page(ref, settings.prepare)
         if isinstance(prepared, Failure):
             raise config_error(f"sample {sample} cannot be prepared: {prepared.reason} ({prepared.detail})")
-    report = run_doctor(settings.openai, prepare=settings.prepare, sample=prepared)
-    for line in report.lines():
-        console.print(line)
-    raise typer.Exit(report.exit_code)
+    if (settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend) == "vllm":  # the whole pool
+        if settings.vllm.api_key is None:
+            raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
+        try:
+            reports = doctor_pool(settings.vllm, prepare=settings.prepare, sample=prepared)
+        except (ValueError, KeyError, OSError) as exc:
+            raise config_error(f"vLLM pool: {exc}") from None
+    else:
+        reports = [run_doctor(settings.openai, prepare=settings.prepare, sample=prepared)]
+    for line in (line for report in reports for line in report.lines()):
+        console.print(redact(line), markup=False)
+    raise typer.Exit(max(report.exit_code for report in reports))
 
 
 register_ops(app)

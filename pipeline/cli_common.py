@@ -11,8 +11,10 @@ import os
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from pipeline.config import Settings
+from pipeline.masking import redact
 
 console = Console()
 
@@ -20,7 +22,8 @@ CONFIG_ERROR = 2
 
 
 def config_error(message: str) -> typer.Exit:
-    console.print(f"[red]configuration error:[/red] {message}")
+    """Exit 2 with the message as plain text (`idflow[dask]` is not markup), document numbers masked."""
+    console.print(f"[red]configuration error:[/red] {escape(redact(message))}")
     return typer.Exit(CONFIG_ERROR)
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 from pydantic import ValidationError
 
-from pipeline.cli_common import config_error as cli_config_error
+from pipeline.cli_common import config_error
 from pipeline.config import Settings
 from pipeline.datamodel import Failure, PreparedImage, Skipped
 from pipeline.vllm.settings import VllmSettings
@@ -29,19 +29,13 @@ def _say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def config_error(message: str) -> typer.Exit:
-    """`pipeline.cli_common.config_error` (exit 2) for plain text: our messages hold `[vllm]`, JSON and command lines,
-    which rich would read as markup."""
-    from rich.markup import escape
-
-    return cli_config_error(escape(message))
-
-
 def _settings() -> tuple[Settings, VllmSettings]:
     try:
         return Settings(), VllmSettings()
-    except ValidationError as exc:
-        raise config_error(str(exc)) from None
+    except ValidationError as exc:  # str(exc) would echo the values, the key among them
+        from pipeline.cli import settings_problems
+
+        raise config_error(settings_problems(exc)) from None
 
 
 # -- vllm -------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
+from importlib.resources import files
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -16,8 +16,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.vllm.settings import VllmSettings
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = PROJECT_ROOT / "schemas" / "id_document.schema.json"
+# Read through importlib.resources so an installed wheel finds it wherever it runs from (`schemas/` at the
+# repository root is a symlink to this folder, kept for the README's references).
+SCHEMA_PATH = files("pipeline").joinpath("schemas", "id_document.schema.json")
 
 Backend = Literal["ocr", "openai", "vllm", "hybrid"]
 
