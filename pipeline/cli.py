@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -81,6 +82,7 @@ def run(
     fallback: Annotated[Optional[str], typer.Option(help="vllm only: none | openai when no server is healthy")] = None,
     dry_run: Annotated[bool, typer.Option(help="print predicted visual tokens and cost, send nothing")] = False,
     dask: Annotated[Optional[str], typer.Option(help="run batches on Dask: tcp://host:8786 or local:N")] = None,
+    wait: Annotated[bool, typer.Option(help="wait for a run writing OUT instead of refusing (exit 2)")] = False,
 ) -> None:
     """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for."""
     if not input_dir.is_dir():
@@ -92,11 +94,15 @@ def run(
         print_estimate(input_dir, settings)
         raise typer.Exit(0)
     from flows.extract import extract_folder
+    from pipeline.output_lock import OutputBusy
 
-    with progress_bar("extracting") as sink, progress.listening(sink):
-        summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
-                                             concurrency=settings.concurrency,
-                                             batch_size=settings.batch_size, force=force, dask=dask))
+    try:
+        with progress_bar("extracting") as sink, progress.listening(sink):
+            summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
+                                                 concurrency=settings.concurrency, batch_size=settings.batch_size,
+                                                 force=force, dask=dask, wait_for_lock=wait))
+    except OutputBusy as exc:  # one run writes OUT at a time
+        raise config_error(escape(str(exc))) from None
     print_summary(summary)
     show_rows(out, run_id=summary["run_id"])
     raise typer.Exit(0 if summary["accounted"] else 1)
@@ -155,7 +161,10 @@ def print_summary(summary: dict) -> None:
 
 
 def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
-    from pipeline.store import FAILURES, RESULTS, read_table
+    """The first results (of one run, or all) and the failure queue's current state: each failing document
+    once, with its failed attempts (of this run's failures only, when `run_id` is given)."""
+    from pipeline.failure_queue import current_failures
+    from pipeline.store import RESULTS, read_table
 
     results = read_table(out, RESULTS, run_id=run_id)
     if results is not None:
@@ -163,16 +172,17 @@ def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
         table = Table(title=f"results ({results.num_rows} rows, ID numbers masked)")
         for col in CONSOLE_COLUMNS:
             table.add_column(col.replace("_", " "), overflow="fold")
-        for row in rows:
-            table.add_row(*("" if row[c] is None else str(row[c]) for c in CONSOLE_COLUMNS))
+        for row in rows:  # names and values are data, not rich markup
+            table.add_row(*("" if row[c] is None else escape(str(row[c])) for c in CONSOLE_COLUMNS))
         console.print(table)
-    failures = read_table(out, FAILURES, ["source_path", "page", "stage", "reason", "detail"], run_id=run_id)
-    if failures is not None and failures.num_rows:
-        table = Table(title=f"failure queue ({failures.num_rows} rows)")
-        for col in failures.column_names:
+    queue = [r for r in current_failures(out).to_pylist() if run_id is None or r["run_id"] == run_id]
+    if queue:
+        columns = ("source_path", "page", "stage", "reason", "attempts", "detail")
+        table = Table(title=f"failure queue ({len(queue)} documents; attempts = failed runs)")
+        for col in columns:
             table.add_column(col)
-        for row in failures.to_pylist()[:limit]:
-            table.add_row(*("" if v is None else str(v)[:80] for v in row.values()))
+        for row in queue[:limit]:
+            table.add_row(*("" if row[c] is None else escape(str(row[c])[:80]) for c in columns))
         console.print(table)
 
 
@@ -265,3 +275,6 @@ register_ops(app)
 from pipeline.cli_vllm import register as register_vllm  # noqa: E402  (vllm up/status/down, batch export/import)
 
 register_vllm(app)
+from pipeline.cli_retry import register as register_retry  # noqa: E402  (retry)
+
+register_retry(app)
