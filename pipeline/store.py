@@ -14,6 +14,7 @@ that still cannot be converted costs that one document (it becomes an `internal_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -228,7 +229,8 @@ def write_part(out_dir: Path, table_name: str, schema: pa.Schema, rows: list[dic
             os.fsync(fh.fileno())
         os.replace(tmp, final)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the folder may be what failed
+            tmp.unlink(missing_ok=True)
         raise StoreWriteError(f"could not write {table.num_rows} {table_name} rows to {final}: {exc}") from exc
     return final
 
