@@ -24,20 +24,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline import progress
-from pipeline.cli_common import (
-    config_error,
-    console,
-    load_settings,
-    settings_problems,
-)
+from pipeline.cli_common import config_error, console, load_settings, prefect_api, settings_problems
 from pipeline.cli_ops import register as register_ops
+from pipeline.cli_retry import register as register_retry
 from pipeline.cli_vllm import register as register_vllm
 from pipeline.config import Settings
 from pipeline.masking import mask_id, redact
 from pipeline.report import CONSOLE_COLUMNS, masked_rows
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scanned identity documents in, validated records out.")
-PREFECT_ERROR = 3  # the temporary Prefect server did not start
 
 
 @contextmanager
@@ -60,6 +55,7 @@ def run(
     fallback: Annotated[Optional[str], typer.Option(help="vllm only: none | openai when no server is healthy")] = None,
     dry_run: Annotated[bool, typer.Option(help="print predicted visual tokens and cost, send nothing")] = False,
     dask: Annotated[Optional[str], typer.Option(help="run batches on Dask: tcp://host:8786 or local:N")] = None,
+    wait: Annotated[bool, typer.Option(help="wait for a run writing OUT instead of refusing (exit 2)")] = False,
 ) -> None:
     """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for."""
     if not input_dir.is_dir():
@@ -72,20 +68,20 @@ def run(
         raise typer.Exit(0)
     if dask and not all(map(importlib.util.find_spec, ("prefect_dask", "distributed"))):
         raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
-    from flows.local_server import BackgroundServer, ServerStartError
+    from pipeline.output_lock import OutputBusy
 
-    with BackgroundServer() as server:  # a temporary Prefect server, started while the flows import
+    with prefect_api() as ready:
         from flows.extract import extract_folder
 
+        ready()
         try:
-            server.wait()
-        except ServerStartError as exc:
-            console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-            raise typer.Exit(PREFECT_ERROR) from None
-        with progress_bar("extracting") as sink, progress.listening(sink):
-            summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
-                                                 concurrency=settings.concurrency,
-                                                 batch_size=settings.batch_size, force=force, dask=dask))
+            with progress_bar("extracting") as sink, progress.listening(sink):
+                summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
+                                                     concurrency=settings.concurrency,
+                                                     batch_size=settings.batch_size, force=force, dask=dask,
+                                                     wait_for_lock=wait))
+        except OutputBusy as exc:  # one run writes OUT at a time
+            raise config_error(str(exc)) from None
     print_summary(summary)
     show_rows(out, run_id=summary["run_id"])
     raise typer.Exit(0 if summary["accounted"] else 1)
@@ -144,7 +140,10 @@ def print_summary(summary: dict) -> None:
 
 
 def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
-    from pipeline.store import FAILURES, RESULTS, read_table
+    """The first results (of one run, or all) and the failure queue's current state: each failing document
+    once, with its failed attempts (of this run's failures only, when `run_id` is given)."""
+    from pipeline.failure_queue import current_failures
+    from pipeline.store import RESULTS, read_table
 
     results = read_table(out, RESULTS, run_id=run_id)
     if results is not None:
@@ -152,16 +151,17 @@ def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
         table = Table(title=f"results ({results.num_rows} rows, ID numbers masked)")
         for col in CONSOLE_COLUMNS:
             table.add_column(col.replace("_", " "), overflow="fold")
-        for row in rows:
-            table.add_row(*("" if row[c] is None else str(row[c]) for c in CONSOLE_COLUMNS))
+        for row in rows:  # names and values are data, not rich markup
+            table.add_row(*("" if row[c] is None else escape(str(row[c])) for c in CONSOLE_COLUMNS))
         console.print(table)
-    failures = read_table(out, FAILURES, ["source_path", "page", "stage", "reason", "detail"], run_id=run_id)
-    if failures is not None and failures.num_rows:
-        table = Table(title=f"failure queue ({failures.num_rows} rows)")
-        for col in failures.column_names:
+    queue = [r for r in current_failures(out).to_pylist() if run_id is None or r["run_id"] == run_id]
+    if queue:
+        columns = ("source_path", "page", "stage", "reason", "attempts", "detail")
+        table = Table(title=f"failure queue ({len(queue)} documents; attempts = failed runs)")
+        for col in columns:
             table.add_column(col)
-        for row in failures.to_pylist()[:limit]:
-            table.add_row(*("" if v is None else redact(str(v))[:80] for v in row.values()))
+        for row in queue[:limit]:
+            table.add_row(*("" if row[c] is None else escape(redact(str(row[c]))[:80]) for c in columns))
         console.print(table)
 
 
@@ -259,3 +259,4 @@ def doctor(
 
 register_ops(app)
 register_vllm(app)
+register_retry(app)

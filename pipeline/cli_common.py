@@ -7,6 +7,8 @@ these helpers from `pipeline.cli` the imports would run in a circle.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import typer
 from pydantic import ValidationError
@@ -19,6 +21,7 @@ from pipeline.masking import redact
 console = Console()
 
 CONFIG_ERROR = 2
+PREFECT_ERROR = 3  # the temporary Prefect server did not start
 
 
 def config_error(message: str) -> typer.Exit:
@@ -54,3 +57,21 @@ def load_settings(**overrides: object) -> Settings:
         if settings.vllm.api_key is None:
             raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
     return settings
+
+
+@contextmanager
+def prefect_api() -> Iterator[Callable[[], None]]:
+    """A Prefect API for a command that runs a flow: the configured one, or a temporary server owned by this
+    process (`flows/local_server.py`). Yields `ready()`: import the flows first, then call it, so the server's
+    start-up overlaps the imports; a server that does not start is one line and exit 3."""
+    from flows.local_server import BackgroundServer, ServerStartError
+
+    with BackgroundServer() as server:
+        def ready() -> None:
+            try:
+                server.wait()
+            except ServerStartError as exc:
+                console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+                raise typer.Exit(PREFECT_ERROR) from None
+
+        yield ready
