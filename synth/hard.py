@@ -147,7 +147,7 @@ def rotated(degrees: int) -> HardCondition:
 
 def glare(r: Rendered, rng: random.Random) -> Image.Image:
     """Specular glare on the MRZ (a lamp reflected by the laminate): 1-2 bright elliptic spots washing the
-    print out to 20-35 % of its contrast, with a saturated core off the text lines."""
+    print out to 10-20 % of its contrast, with a saturated core off the text lines."""
     a = _array(r.image)
     h, w = a.shape[:2]
     x0, y0, x1, y1 = _mrz_band(r)
@@ -157,7 +157,7 @@ def glare(r: Rendered, rng: random.Random) -> Image.Image:
         spot = _gauss_spot(h, w, cx, cy, rng.uniform(0.08, 0.18) * w, rng.uniform(0.04, 0.09) * h,
                            rng.uniform(-0.5, 0.5))
         wash = np.maximum(wash, spot)
-    strength = rng.uniform(0.65, 0.8)
+    strength = rng.uniform(0.8, 0.9)
     a = a * (1 - strength * wash[..., None]) + 255 * strength * wash[..., None]
     return C.photo(_image(a), rng, max_deg=4, min_deg=1)
 
@@ -175,11 +175,11 @@ def hologram(r: Rendered, rng: random.Random) -> Image.Image:
     pad_y = (y1 - y0) * 0.4
     inside = ((xx > x0 - 30) & (xx < x1 + 30) & (yy > y0 - pad_y) & (yy < y1 + pad_y)).astype(np.float32)
     mask = cv2.GaussianBlur(inside, (0, 0), 6)
-    alpha = mask * (rng.uniform(0.28, 0.4) + 0.1 * fine)
+    alpha = mask * (rng.uniform(0.4, 0.5) + 0.12 * fine)
     for _ in range(rng.randint(1, 3)):
         alpha += mask * 0.25 * _gauss_spot(h, w, rng.uniform(x0, x1), rng.uniform(y0, y1),
                                            rng.uniform(30, 90), rng.uniform(15, 35), 0.0)
-    alpha = np.clip(alpha, 0, 0.6)[..., None]
+    alpha = np.clip(alpha, 0, 0.7)[..., None]
     a = a * (1 - alpha) + rainbow * alpha
     return C.photo(_image(a), rng, max_deg=4, min_deg=1)
 
