@@ -23,6 +23,7 @@ from pipeline.ingest import sha256_file
 from pipeline.runner import make_backend, process_document
 
 THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
+TARGET_PRECISION = 0.995  # the precision an auto-accept threshold must reach
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,28 @@ class EvalReport:
             rows.append((t, len(accepted), ok / len(accepted) if accepted else 1.0))
         return rows
 
+    def precision_coverage(self) -> list[tuple[float, float, float]]:
+        """The precision/coverage curve: for each distinct document confidence t (highest first), the share
+        of all documents auto-accepted at threshold t (coverage) and the share of those fully right."""
+        ranked = sorted((r for r in self.results if r.failure is None), key=lambda r: -r.confidence)
+        curve: list[tuple[float, float, float]] = []
+        ok = 0
+        for i, r in enumerate(ranked, start=1):
+            ok += all(r.correct.values())
+            if i == len(ranked) or ranked[i].confidence != r.confidence:
+                curve.append((r.confidence, i / len(self.results), ok / i))
+        return curve
+
+    def operating_point(self, target: float = TARGET_PRECISION) -> tuple[float, float, float] | None:
+        """The lowest threshold at which precision is >= `target` there and at every higher threshold, with
+        (threshold, coverage, precision); None when even the most confident documents miss the target."""
+        point = None
+        for t, coverage, precision in self.precision_coverage():
+            if precision < target:
+                break
+            point = (t, coverage, precision)
+        return point
+
     def misses(self) -> list[dict[str, Any]]:
         return [
             {"path": r.item.rel_path, "condition": r.item.condition, "failure": r.failure,
@@ -142,6 +165,10 @@ class EvalReport:
                               self.per_condition().items()},
             "auto_accept": [{"threshold": t, "accepted": n, "precision": round(p, 4)}
                             for t, n, p in self.auto_accept()],
+            "precision_coverage": [{"threshold": t, "coverage": round(c, 4), "precision": round(p, 4)}
+                                   for t, c, p in self.precision_coverage()],
+            "operating_point": dict(zip(("threshold", "coverage", "precision"), point))
+            if (point := self.operating_point()) else None,
             "misses": self.misses(),
         }
 

@@ -35,12 +35,12 @@ from pipeline.prepare import prepare_page  # noqa: E402
 UNSEEN_CAP = 0.9
 
 
-def observe(manifest: Path, today: date) -> list[dict]:
-    """One observation per present field of every page of `manifest`."""
+def observe(manifest: Path, today: date, limit: int | None = None) -> list[dict]:
+    """One observation per present field of every page of `manifest` (its first `limit` pages)."""
     settings = Settings()
     backend = OcrBackend(today=today, calibrated=False)
     out = []
-    items = load_manifest(manifest)
+    items = load_manifest(manifest)[:limit]
     for n, item in enumerate(items, start=1):
         ref = DocumentRef(path=item.path, rel_path=item.rel_path, sha256=sha256_file(item.path), page=item.page)
         prepared = prepare_page(ref, settings.prepare)
@@ -102,12 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--observations", type=Path, help="write the observations here (JSON lines)")
     ap.add_argument("--out", type=Path, default=Path("pipeline/calibration_table.json"))
     ap.add_argument("--today", type=date.fromisoformat, default=date.today())
+    ap.add_argument("--limit", type=int, default=None, help="read only the first N pages of each manifest")
     args = ap.parse_args(argv)
     if not args.manifests and not args.from_observations:
         ap.error("give tuning manifests or --from-observations")
     observations = [json.loads(x) for p in args.from_observations for x in p.read_text().splitlines() if x]
     for manifest in args.manifests:
-        observations += observe(manifest, args.today)
+        observations += observe(manifest, args.today, args.limit)
     if args.observations:
         args.observations.write_text("".join(json.dumps(o) + "\n" for o in observations), encoding="utf-8")
     table = fit(observations)

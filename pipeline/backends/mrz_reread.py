@@ -118,7 +118,8 @@ def locate_rows(lines: Sequence[OcrLine]) -> list[Row]:
 def locate_rows_by_shape(pixels: np.ndarray) -> list[Row]:
     """MRZ-shaped lines found in the pixels when the first pass found no MRZ box at all (a box drawn across
     the zone, heavy glare): long, thin, evenly dense runs of dark characters, found by the classic
-    black-hat + horizontal gradient + closing recipe, at most the three lowest such lines of the page."""
+    black-hat + horizontal gradient + closing recipe; the four lowest such blobs of the page (an MRZ has
+    at most three lines, a box drawn round it may add one; `refine` and the decoder sort them out)."""
     h, w = pixels.shape[:2]
     scale = min(1.0, 1000 / max(h, w))
     gray = cv2.cvtColor(cv2.resize(pixels, (round(w * scale), round(h * scale)), interpolation=cv2.INTER_AREA),
@@ -126,7 +127,7 @@ def locate_rows_by_shape(pixels: np.ndarray) -> list[Row]:
     sh, sw = gray.shape
     grad = np.abs(cv2.Sobel(_ink(gray), cv2.CV_32F, 1, 0, ksize=3))
     grad = (255 * grad / max(float(grad.max()), 1.0)).astype(np.uint8)
-    grad = cv2.morphologyEx(grad, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (max(9, sw // 50), 1)))
+    grad = cv2.morphologyEx(grad, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (max(9, sw // 25), 1)))
     _, mask = cv2.threshold(grad, 0, 255, cv2.THRESH_BINARY | cv2.THRESH_OTSU)
     mask = cv2.morphologyEx(mask, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (1, 3)))
     contours, _ = cv2.findContours(mask, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
@@ -136,9 +137,9 @@ def locate_rows_by_shape(pixels: np.ndarray) -> list[Row]:
         if rw < rh:
             rw, rh, deg = rh, rw, deg + 90
         deg = (deg + 90) % 180 - 90
-        if rw >= 0.5 * sw and rw >= 18 * rh and rh >= 4 and abs(deg) < 20:
+        if rw >= 0.5 * sw and rw >= 12 * rh and rh >= 4 and abs(deg) < 20:
             found.append(Row(cx / scale, cy / scale, math.radians(deg), rh / scale, rw / scale / 2 + rh / scale))
-    found = sorted(found, key=lambda r: r.cy)[-3:]
+    found = sorted(found, key=lambda r: r.cy)[-4:]  # 3 lines at most, and maybe the edge of a drawn box
     if not found:
         return []
     # MRZ lines share their left and right edges: give every line the union's extent
@@ -166,10 +167,11 @@ def _ink(gray: np.ndarray) -> np.ndarray:
     return cv2.subtract(blackhat, rules)
 
 
-def refine(pixels: np.ndarray, row: Row) -> Row:
+def refine(pixels: np.ndarray, row: Row, *, max_growth: float = 2.5) -> Row:
     """Re-centre a row on its ink: the row is cut with generous margins, and the band of text rows around
     the centre (rows with at least a sixth of the peak ink) gives the line's true centre and height.
-    Predicted rows and shape-found rows are approximate; a strip cut off-centre reads badly."""
+    Predicted rows and shape-found rows are approximate; a strip cut off-centre reads badly. A row whose
+    height is known from detected boxes may grow by `max_growth` at most; a shape-found one more."""
     window = strip(pixels, row, margin=2.0)  # 5 line heights tall
     profile = _ink(cv2.cvtColor(window, cv2.COLOR_RGB2GRAY)).astype(np.float32).sum(axis=1)
     profile = np.convolve(profile, np.ones(3) / 3, mode="same")
@@ -190,7 +192,7 @@ def refine(pixels: np.ndarray, row: Row) -> Row:
     px_per_unit = len(profile) / (row.height * 5)
     offset = ((start + stop) / 2 - centre) / px_per_unit
     height = max((stop - start + 1) / px_per_unit, 0.5 * row.height)
-    if height > 2.5 * row.height:  # two lines merged: keep the old geometry
+    if height > max_growth * row.height:  # merged with a neighbour (a stamp, the next line): keep the old geometry
         return row
     dx, dy = -math.sin(row.angle) * offset, math.cos(row.angle) * offset
     return Row(row.cx + dx, row.cy + dy, row.angle, height, row.half_width)
@@ -213,7 +215,7 @@ def _without_rules(gray: np.ndarray) -> np.ndarray:
     """Long horizontal rules (a box drawn round the zone, a printed line) painted out of the strip."""
     ink = cv2.morphologyEx(gray, cv2.MORPH_BLACKHAT, cv2.getStructuringElement(cv2.MORPH_RECT, (15, 15)))
     _, dark = cv2.threshold(ink, 0, 255, cv2.THRESH_BINARY | cv2.THRESH_OTSU)
-    rules = cv2.morphologyEx(dark, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (gray.shape[1] // 6, 1)))
+    rules = cv2.morphologyEx(dark, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (gray.shape[1] // 2, 1)))
     if not rules.any():
         return gray
     return cv2.inpaint(gray, cv2.dilate(rules, np.ones((3, 3), np.uint8)), 3, cv2.INPAINT_TELEA)
@@ -248,7 +250,13 @@ class Reading:
 def reread(pixels: np.ndarray, first_pass: Sequence[OcrLine], recognise: Recognise) -> list[Reading]:
     """Alternative readings of the MRZ lines: one per contrast variant and one by per-row vote across
     variants (the text most variants agree on, ties broken by score). Empty when no MRZ-like box exists."""
-    rows = [refine(pixels, refine(pixels, r)) for r in locate_rows(first_pass) or locate_rows_by_shape(pixels)]
+    rows: list[Row] = []
+    from_boxes = locate_rows(first_pass)
+    growth = 1.4 if from_boxes else 2.5
+    for found in from_boxes or locate_rows_by_shape(pixels):
+        row = refine(pixels, refine(pixels, found, max_growth=growth), max_growth=growth)
+        if all(abs(row.cy - r.cy) > 0.5 * min(row.height, r.height) for r in rows):  # two snapped onto one line
+            rows.append(row)
     if not rows:
         return []
     per_variant: dict[str, list[OcrLine]] = {}

@@ -99,15 +99,16 @@ _MRZ_FIELDS = ("name", "id_number", "expiry_date")
 
 def needs_second_reading(reading: DocumentReading) -> bool:
     """No MRZ decoded on a page that is not a PRC ID (whose sides have none), or an MRZ that left a field
-    unreadable, failed a check digit or gave a name the printed zone contradicts."""
+    unreadable, failed a check digit or gave a name the printed zone does not confirm."""
     if reading.doc_type == "cn_id":
         return False
     decoded = any(c.startswith("mrz.") for c in reading.checks + reading.check_failures)
     if not decoded:
         return True
     unreadable = any(reading.states[k].state == "unreadable" for k in _MRZ_FIELDS if k in reading.states)
-    disputed = "cross.name_mrz_vs_viz" in reading.check_failures  # the name line has no check digit
-    return unreadable or disputed or any(c.startswith("mrz.") for c in reading.check_failures)
+    # the name line has no check digit: a name the printed zone does not confirm is worth a second look
+    unconfirmed = "cross.name_mrz_vs_viz" not in reading.checks
+    return unreadable or unconfirmed or any(c.startswith("mrz.") for c in reading.check_failures)
 
 
 def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentReading, today: date) -> DocumentReading:
