@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import progress
+from pipeline.calibration import evidence_class
 from pipeline.config import Settings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
 from pipeline.ingest import sha256_file
@@ -68,6 +69,8 @@ class ItemResult:
     invented: list[str]
     confidence: float
     failure: str | None
+    evidence: dict[str, tuple[str, float]] = field(default_factory=dict)  # present field -> (class, confidence)
+    states: dict[str, str] = field(default_factory=dict)  # field -> present | absent | unreadable
 
 
 def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
@@ -77,11 +80,16 @@ def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
         states = outcome.extraction.field_states
         confidence = min((states[k].confidence for k in FIELD_NAMES if k in states), default=1.0)
         failure = None
+        ex = outcome.extraction
+        evidence = {k: (evidence_class(k, fields.get("doc_type"), ex.checks, ex.check_failures), states[k].confidence)
+                    for k in FIELD_NAMES if k in states and states[k].state == "present"}
+        state_names = {k: states[k].state for k in FIELD_NAMES if k in states}
     else:
         predicted, confidence, failure = dict.fromkeys(FIELD_NAMES), 0.0, f"{outcome.stage}/{outcome.reason}"
+        evidence, state_names = {}, {}
     correct = {k: normalise(k, predicted[k]) == normalise(k, item.truth[k]) for k in FIELD_NAMES}
     invented = [k for k in FIELD_NAMES if item.truth[k] is None and predicted[k] is not None]
-    return ItemResult(item, predicted, correct, invented, confidence, failure)
+    return ItemResult(item, predicted, correct, invented, confidence, failure, evidence, state_names)
 
 
 @dataclass
@@ -170,6 +178,11 @@ class EvalReport:
             "operating_point": dict(zip(("threshold", "coverage", "precision"), point))
             if (point := self.operating_point()) else None,
             "misses": self.misses(),
+            # per document, for refitting/checking the calibration offline (tools/fit_calibration.py): no values
+            "documents_scored": [{"path": r.item.rel_path, "condition": r.item.condition, "failure": r.failure,
+                                  "confidence": r.confidence, "correct": r.correct,
+                                  "states": r.states, "evidence": {k: list(v) for k, v in r.evidence.items()}}
+                                 for r in self.results],
         }
 
 

@@ -25,10 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.backends.ocr import OcrBackend  # noqa: E402
-from pipeline.calibration import evidence_class  # noqa: E402
+from pipeline.calibration import Calibration, evidence_class  # noqa: E402
 from pipeline.config import Settings  # noqa: E402
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure  # noqa: E402
-from pipeline.evaluation import load_manifest, normalise  # noqa: E402
+from pipeline.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise  # noqa: E402
 from pipeline.ingest import sha256_file  # noqa: E402
 from pipeline.prepare import prepare_page  # noqa: E402
 
@@ -58,6 +58,26 @@ def observe(manifest: Path, today: date, limit: int | None = None) -> list[dict]
         print(f"\r{manifest.parent.name}: {n}/{len(items)}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     return out
+
+
+def from_report(report: Path) -> list[dict]:
+    """Observations from an `idflow eval` report made with raw scores (an empty calibration table)."""
+    data = json.loads(report.read_text(encoding="utf-8"))
+    return [{"manifest": report.parent.name, "condition": d["condition"], "field": k, "class": cls, "raw": raw,
+             "correct": d["correct"][k]} for d in data["documents_scored"] for k, (cls, raw) in d["evidence"].items()]
+
+
+def check(table: Calibration, report: Path) -> EvalReport:
+    """`table` applied to a held-out eval report made with raw scores: the same report `idflow eval` would
+    give with that table shipped (an unreadable field counts 0, an absent one 1, failures are not accepted)."""
+    results = []
+    for d in json.loads(report.read_text(encoding="utf-8"))["documents_scored"]:
+        conf = min([table.confidence(cls, raw) for cls, raw in d["evidence"].values()] +
+                   [0.0 if s == "unreadable" else 1.0 for k, s in d["states"].items() if k not in d["evidence"]],
+                   default=1.0) if not d["failure"] else 0.0
+        item = EvalItem(path=Path(d["path"]), rel_path=d["path"], page=0, truth={}, condition=d["condition"])
+        results.append(ItemResult(item, {}, d["correct"], [], conf, d["failure"]))
+    return EvalReport(results)
 
 
 def isotonic(points: list[tuple[float, bool]]) -> list[tuple[float, int, int]]:
@@ -99,14 +119,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("manifests", type=Path, nargs="*")
     ap.add_argument("--from-observations", type=Path, action="append", default=[])
+    ap.add_argument("--from-report", type=Path, action="append", default=[],
+                    help="observations from an idflow eval report.json made with raw scores (tuning seeds only)")
+    ap.add_argument("--check-report", type=Path, action="append", default=[],
+                    help="held-out raw-score eval report: print the fitted table's precision/coverage on it")
     ap.add_argument("--observations", type=Path, help="write the observations here (JSON lines)")
     ap.add_argument("--out", type=Path, default=Path("pipeline/calibration_table.json"))
     ap.add_argument("--today", type=date.fromisoformat, default=date.today())
     ap.add_argument("--limit", type=int, default=None, help="read only the first N pages of each manifest")
     args = ap.parse_args(argv)
-    if not args.manifests and not args.from_observations:
-        ap.error("give tuning manifests or --from-observations")
+    if not args.manifests and not args.from_observations and not args.from_report:
+        ap.error("give tuning manifests, --from-observations or --from-report")
     observations = [json.loads(x) for p in args.from_observations for x in p.read_text().splitlines() if x]
+    observations += [o for p in args.from_report for o in from_report(p)]
     for manifest in args.manifests:
         observations += observe(manifest, args.today, args.limit)
     if args.observations:
@@ -116,6 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, c in table["classes"].items():
         print(f"{name:40s} n={sum(c['counts']):4d}  " + "  ".join(
             f"{e:.3f}->{v:.4f}({n})" for e, v, n in zip(c["edges"], c["values"], c["counts"])))
+    for report in args.check_report:
+        checked = check(Calibration.from_dict(table), report)
+        print(f"{report}: {len(checked.results)} documents; precision/coverage with this table:")
+        for t, coverage, precision in checked.precision_coverage()[:12]:
+            print(f"  threshold {t:.4f}: coverage {coverage:.1%}, precision {precision:.2%}")
+        point = checked.operating_point()
+        print(f"  precision >= 99.5% from threshold {point[0]:.4f}: coverage {point[1]:.1%}" if point
+              else "  precision never reaches 99.5%")
     return 0
 
 

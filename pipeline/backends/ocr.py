@@ -112,17 +112,22 @@ def needs_second_reading(reading: DocumentReading) -> bool:
 
 
 def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentReading, today: date) -> DocumentReading:
-    """The best of the first reading and the MRZ re-readings, by the same score that ranks orientations
-    (passed checks, failed checks, confidence). A re-reading that reads fewer fields never wins."""
+    """The best of the first reading and the MRZ re-readings: most passed-minus-failed checks, then most
+    fields read, then the score that also ranks orientations. A re-reading that reads fewer fields than
+    the first one never wins."""
+    def rank(r: DocumentReading) -> tuple[int, int, float]:
+        return len(r.checks) - len(r.check_failures), _present(r), r.score
+
     best = first
-    present = sum(s.state == "present" for s in first.states.values())
     for alternative in mrz_reread.reread(pixels, lines, recognise_line):
         candidate = read_document(mrz_reread.replace_mrz(lines, alternative.lines), today)
-        if sum(s.state == "present" for s in candidate.states.values()) < present:
-            continue
-        if candidate.score > best.score:
+        if _present(candidate) >= _present(first) and rank(candidate) > rank(best):
             best = candidate
     return best
+
+
+def _present(reading: DocumentReading) -> int:
+    return sum(s.state == "present" for s in reading.states.values())
 
 
 class OcrBackend:
