@@ -112,16 +112,19 @@ def needs_second_reading(reading: DocumentReading) -> bool:
 
 
 def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentReading, today: date) -> DocumentReading:
-    """The best of the first reading and the MRZ re-readings: most passed-minus-failed checks, then most
-    fields read, then the score that also ranks orientations. A re-reading that reads fewer fields than
-    the first one never wins."""
-    def rank(r: DocumentReading) -> tuple[int, int, float]:
-        return len(r.checks) - len(r.check_failures), _present(r), r.score
+    """The best of the first reading and the MRZ re-readings. A re-reading replaces the first one only with
+    more evidence (more passed-minus-failed checks, or as many and more fields read) and never with fewer
+    fields read; among such re-readings the score that also ranks orientations decides. A re-reading that
+    merely scores higher on recognition confidence does not displace what the first pass read."""
+    def evidence(r: DocumentReading) -> tuple[int, int]:
+        return len(r.checks) - len(r.check_failures), _present(r)
 
     best = first
     for alternative in mrz_reread.reread(pixels, lines, recognise_line):
         candidate = read_document(mrz_reread.replace_mrz(lines, alternative.lines), today)
-        if _present(candidate) >= _present(first) and rank(candidate) > rank(best):
+        if _present(candidate) < _present(first) or evidence(candidate) <= evidence(first):
+            continue
+        if (evidence(candidate), candidate.score) > (evidence(best), best.score):
             best = candidate
     return best
 
