@@ -27,6 +27,7 @@ from pipeline.fields.document import OcrLine
 
 Recognise = Callable[[np.ndarray], tuple[str, float]]  # one BGR line image -> (text, score)
 
+_LONGEST_LINE = 44  # characters in a TD3 / MRV-A line
 ROW_HEIGHT = 64  # px: each line strip is warped to this height (the recogniser's input is 48 px high)
 _MARGIN = 0.35  # of a line height, above and below the text in a strip
 
@@ -95,6 +96,13 @@ def locate_rows(lines: Sequence[OcrLine]) -> list[Row]:
     height = float(np.median([_box_height(b) for b in boxes]))
     pts = [to_band(p) for b in boxes for p in b.box]
     u0, u1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    # only fragments found (the first pass cut a line where a box crossed it): OCR-B is monospaced, so the
+    # longest box gives the character width; widen the band both ways to a full 44-character line
+    longest = max(boxes, key=lambda b: b.right - b.left)
+    char_width = math.dist(longest.box[0], longest.box[1]) / max(len("".join(longest.text.split())), 1)
+    missing = _LONGEST_LINE * char_width - (u1 - u0)
+    if missing > 0:
+        u0, u1 = u0 - missing, u1 + missing
     # group boxes into rows by their centre in the band frame
     centres = sorted((float(np.mean([to_band(p)[1] for p in b.box])), b) for b in boxes)
     rows: list[list[float]] = []
@@ -247,16 +255,23 @@ class Reading:
     lines: list[OcrLine]
 
 
+def _refined(pixels: np.ndarray, found: list[Row], max_growth: float) -> list[Row]:
+    rows: list[Row] = []
+    width = pixels.shape[1]
+    for row in found:
+        left, right = max(row.cx - row.half_width, 0.0), min(row.cx + row.half_width, float(width))
+        row = Row((left + right) / 2, row.cy, row.angle, row.height, (right - left) / 2)  # inside the page
+        row = refine(pixels, refine(pixels, row, max_growth=max_growth), max_growth=max_growth)
+        if all(abs(row.cy - r.cy) > 0.5 * min(row.height, r.height) for r in rows):  # two snapped onto one line
+            rows.append(row)
+    return rows
+
+
 def reread(pixels: np.ndarray, first_pass: Sequence[OcrLine], recognise: Recognise) -> list[Reading]:
     """Alternative readings of the MRZ lines: one per contrast variant and one by per-row vote across
     variants (the text most variants agree on, ties broken by score). Empty when no MRZ-like box exists."""
-    rows: list[Row] = []
     from_boxes = locate_rows(first_pass)
-    growth = 1.4 if from_boxes else 2.5
-    for found in from_boxes or locate_rows_by_shape(pixels):
-        row = refine(pixels, refine(pixels, found, max_growth=growth), max_growth=growth)
-        if all(abs(row.cy - r.cy) > 0.5 * min(row.height, r.height) for r in rows):  # two snapped onto one line
-            rows.append(row)
+    rows = _refined(pixels, from_boxes, 1.4) if from_boxes else _refined(pixels, locate_rows_by_shape(pixels), 2.5)
     if not rows:
         return []
     per_variant: dict[str, list[OcrLine]] = {}
