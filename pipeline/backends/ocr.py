@@ -5,9 +5,10 @@ flatbed scan is small print; the OCR reads the upright page at up to 2400 px whe
 Why it may read a page twice: orientation between 0° and 180° is sometimes a coin flip on sparse cards, so
 when the first reading passes no check the page is read upside down too and the reading whose checksums
 pass wins (a check digit is stronger evidence than a classifier's vote).
-Why it may read the MRZ once more: when the page has an MRZ but a field of it stayed unreadable or a check
-digit failed, `mrz_reread` cuts the zone out, straightens, upscales and re-contrasts it and re-recognises
-its lines; that costs a few hundred ms, so it runs only on those pages.
+Why it may read the MRZ once more: when an MRZ left a field unreadable, failed a check digit or gave a name
+the printed zone does not confirm (or no MRZ decoded on a page that is not a PRC ID), `mrz_reread` cuts the
+zone out, straightens, upscales and re-contrasts it and re-recognises its lines; that costs about half a
+first pass, so it runs only on those pages.
 """
 
 from __future__ import annotations
