@@ -192,7 +192,7 @@ def occlusion(r: Rendered, rng: random.Random) -> Image.Image:
     draw = ImageDraw.Draw(img)
     if not r.mrz_boxes:
         return img
-    x0, y0, x1, y1 = _mrz_band(r)
+    x0, _, x1, _ = _mrz_band(r)
     if rng.random() < 0.5:
         colour = rng.choice(((230, 40, 40), (40, 160, 60), (30, 90, 220)))
         first, last = r.mrz_boxes[0], r.mrz_boxes[-1]

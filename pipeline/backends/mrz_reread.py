@@ -132,7 +132,7 @@ def locate_rows_by_shape(pixels: np.ndarray) -> list[Row]:
     scale = min(1.0, 1000 / max(h, w))
     gray = cv2.cvtColor(cv2.resize(pixels, (round(w * scale), round(h * scale)), interpolation=cv2.INTER_AREA),
                         cv2.COLOR_RGB2GRAY)
-    sh, sw = gray.shape
+    sw = gray.shape[1]
     grad = np.abs(cv2.Sobel(_ink(gray), cv2.CV_32F, 1, 0, ksize=3))
     grad = (255 * grad / max(float(grad.max()), 1.0)).astype(np.uint8)
     grad = cv2.morphologyEx(grad, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (max(9, sw // 25), 1)))
