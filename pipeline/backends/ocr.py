@@ -7,7 +7,7 @@ when the first reading passes no check the page is read upside down too and the 
 pass wins (a check digit is stronger evidence than a classifier's vote).
 Why it may read the MRZ once more: when an MRZ left a field unreadable, failed a check digit or gave a name
 the printed zone does not confirm (or no MRZ decoded on a page that is not a PRC ID), `mrz_reread` cuts the
-zone out, straightens, upscales and re-contrasts it and re-recognises its lines; that costs about half a
+zone out, straightens, upscales and re-contrasts it and re-recognises its lines; that costs up to two thirds of a
 first pass, so it runs only on those pages.
 """
 
