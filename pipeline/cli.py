@@ -210,6 +210,9 @@ def eval_(
     for row in data["auto_accept"]:
         table.add_row(f"{row['threshold']:.2f}", str(row["accepted"]), f"{row['precision']:.1%}")
     console.print(table)
+    point = data["operating_point"]
+    console.print(f"precision >= 99.5% from threshold {point['threshold']:.4f}: {point['coverage']:.1%} of documents "
+                  f"auto-accepted at {point['precision']:.1%}" if point else "precision never reaches 99.5%")
     for miss in data["misses"][:30]:
         if "id_number" in miss:  # the console is a log: numbers masked here, full values in report.json
             miss = {**miss, "id_number": {k: mask_id(v) for k, v in miss["id_number"].items()}}
