@@ -57,14 +57,9 @@ def test_run_on_a_saturated_cpu_succeeds_quietly_and_stops_its_server(tmp_path: 
     assert (tmp_path / "prefect-home" / "prefect.db").is_file()  # the run did use a server of its own
 
 
-# SIGTERM: Prefect's handler raises TerminationSignal in whichever coroutine runs; today that is often a batch
-# task of flows/extract.py whose exception nobody retrieves, so the run goes on (the engine rewrite must let
-# BaseExceptions from batch tasks stop the loop). Strict: this turns into a failure once that is fixed.
-SIGTERM_LOST = pytest.mark.xfail(strict=True, reason="run loop swallows TerminationSignal raised in a batch task")
-
-
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=SIGTERM_LOST), signal.SIGKILL],
-                         ids=["SIGTERM", "SIGKILL"])
+# SIGTERM: Prefect's handler raises TerminationSignal in whichever coroutine runs, often one of the engine's
+# worker tasks; the engine re-raises a stage's own failure in the run loop, so the run stops.
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_killed_run_leaves_no_prefect_server(tmp_path: Path, sig: signal.Signals) -> None:
     scans = unique_scans(tmp_path / "in", 400)
     with ChatServer(ServerConfig(api_key=KEY, latency_s=0.3, max_concurrency=1)) as chat:
