@@ -94,7 +94,7 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
         done = frozenset() if force else done_keys(out, fingerprint)
 
         def discovered() -> Iterator[Item]:
-            for item in Discovery(root, done, only=files).items():
+            for item in Discovery(root, done, only=files, settings=settings.prepare).items():
                 tally.seen += 1
                 yield item
 

@@ -171,7 +171,7 @@ async def _prepared_pages(input_dir: Path, settings: Settings) -> AsyncIterator[
     from pipeline.ingest import Discovery
 
     async with Engine(settings, make_backend(settings, "ocr")) as engine:
-        async for item in engine.prepared(Discovery(input_dir).items()):
+        async for item in engine.prepared(Discovery(input_dir, settings=settings.prepare).items()):
             if not isinstance(item, Skipped):
                 yield item
 
