@@ -162,6 +162,9 @@ def show(out: Annotated[Path, typer.Argument(help="output folder of a previous r
         raise config_error(f"no idflow run found in {out}")
     print_summary(summary)
     show_rows(out)
+    from pipeline.cli_review import print_corrections
+
+    print_corrections(out)
 
 
 @app.command("eval")
@@ -237,3 +240,6 @@ def doctor(
 
 register_ops(app)
 register_vllm(app)
+from pipeline.cli_review import register as register_review  # noqa: E402  (review; corrections in `show`)
+
+register_review(app)

@@ -30,6 +30,7 @@ from pipeline.datamodel import DocumentRef, Record
 from pipeline.ingest import sha256_file
 from pipeline.backends.factory import make_backend
 from pipeline.engine import Engine, RequestSlot
+from pipeline.review.corrections import corrected_keys
 from pipeline.tally import RunTally
 from pipeline.store import FAILURES, RESULTS, RUNS, RunWriter, read_table, write_part, write_run_summary
 
@@ -145,6 +146,8 @@ def open_entries(out_dir: Path, *, locate: bool = True) -> tuple[list[OpenEntry]
         if row["sha256"] is not None and row["page"] is not None and (row["sha256"], row["page"]) not in resolved:
             by_doc[(row["sha256"], row["page"])].append(row)
     input_dirs = _input_dirs(out_dir) if locate else {}
+    decided = corrected_keys(out_dir)  # a person's decision is final: never retried
+    by_doc = {(s, p): rows for (s, p), rows in by_doc.items() if f"{s}:{p}" not in decided}
     entries, done_elsewhere = [], []
     for (sha, page), rows in sorted(by_doc.items()):
         if (sha, page) in result_run:
