@@ -106,6 +106,11 @@ class ReviewItem:
         return f"doc-{self.sha256[:16]}-{self.page or 0}"
 
     @property
+    def nothing_read(self) -> bool:
+        """A failure before any field was read (no model answer to show)."""
+        return self.doc_type is None and all(f.state is None for f in self.fields.values())
+
+    @property
     def settled(self) -> bool:
         return self.correction is not None or self.resolved_by_run is not None
 
