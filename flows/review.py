@@ -73,7 +73,8 @@ async def review(out_dir: str, run_id: str | None = None, threshold: float | Non
     out = Path(out_dir)
     queue, page = await publish_review(out, run_id, threshold)
     todo = [item for item in queue.open_items if item.key is not None][:limit]
-    logger.info("%d documents to review; answer in the Prefect UI: %s", len(todo), flow_run.ui_url)
+    logger.info("%d documents to review: answer each question on this flow run's page in the Prefect UI",
+                len(todo))
     outcomes: Counter[str] = Counter()
     for number, item in enumerate(todo, 1):
         outcome = await _ask(out, queue, item, page, number, len(todo), reviewer, timeout_s)
@@ -127,10 +128,10 @@ async def _ask(out: Path, queue: ReviewQueue, item: ReviewItem, page: Path, numb
 
 
 def _redact(problem: str, values: dict[str, str | None]) -> str:
-    """A refusal reason without the typed values (JSON Schema messages quote them)."""
-    for name, value in values.items():
-        if value:
-            problem = problem.replace(value, mask_id(value) if name == "id_number" else f"<{name}>")
+    """A refusal reason without the typed name and number (JSON Schema messages quote values with repr)."""
+    for name, masked in (("name", "<name>"), ("id_number", mask_id(values.get("id_number")))):
+        if values.get(name):
+            problem = problem.replace(repr(values[name]), repr(masked))
     return problem
 
 
