@@ -41,6 +41,27 @@ def reviewed_run(prefect_api: str, tmp_path_factory: pytest.TempPathFactory) -> 
     yield inbox, out
 
 
+def test_the_extract_run_links_its_review_page_and_summary_without_personal_data(
+        reviewed_run: tuple[Path, Path]) -> None:
+    """The extract flow's publish step wrote the page and put the link and the summary in the run's artifacts."""
+    from prefect.client.orchestration import get_client
+
+    _, out = reviewed_run
+    (run_json,) = (out / "runs").glob("*.json")
+    page = out / "review" / f"{run_json.stem}.html"
+    assert page.is_file()
+    with get_client(sync_client=True) as client:
+        artifacts = {a.key: a for a in client.read_artifacts()
+                     if str(a.flow_run_id).startswith(run_json.stem)}  # the run id is the flow run's id prefix
+        assert str(artifacts["idflow-review-page"].data) == page.resolve().as_uri()
+        summary = str(artifacts["idflow-review-summary"].data)
+    assert "low_confidence" in summary and "no_fields_found" in summary and "0.8–0.9" in summary
+    numbers = [r["id_number"] for r in read_table(out, RESULTS).to_pylist() if r["id_number"]]
+    names = [r["name"] for r in read_table(out, RESULTS).to_pylist() if r["name"]]
+    assert not [v for v in numbers + names if v in summary]  # masked numbers only, no names, no pictures
+    assert "data:image" not in summary and "1101**********1233" in summary
+
+
 def _expected(out: Path) -> dict[str, str]:
     """source path -> "failure" | "low_confidence", straight from the Parquet files."""
     expected = {r["source_path"]: "failure" for r in read_table(out, FAILURES).to_pylist()}
