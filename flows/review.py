@@ -142,7 +142,9 @@ def _describe(item: ReviewItem, page: Path, number: int, total: int, problems: l
     link = f"{page.resolve().as_uri()}#{item.anchor}"
     lines = [f"### Document {number} of {total}: `{item.reason}`", "", item.reason_text, ""]
     if item.confidence is not None:
-        lines.append(f"- least sure field: confidence {item.confidence:.3f}")
+        name, view = min(((n, f) for n, f in item.fields.items() if f.confidence is not None),
+                         key=lambda nf: nf[1].confidence or 0.0)
+        lines.append(f"- least sure field: {name.replace('_', ' ')} ({view.state}, confidence {item.confidence:.3f})")
     if item.check_failures:
         lines.append(f"- failed checks: {', '.join(item.check_failures)}")
     if values.get("id_number"):
