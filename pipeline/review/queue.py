@@ -173,13 +173,16 @@ def run_summary(out_dir: Path, run_id: str | None) -> dict[str, Any]:
     return extract_runs[-1]
 
 
-def _as_text(value: Any) -> str | None:
+def _field_value(row: dict[str, Any], name: str) -> str | None:
+    """A results column as the text a person would type (dates ISO, long-term expiry as `long-term`)."""
+    if name == "expiry_date" and row["expiry_long_term"]:
+        return "long-term"
+    value = row[name]
     return value.isoformat() if isinstance(value, date) else value
 
 
 def _result_item(row: dict[str, Any], confidence: float) -> ReviewItem:
-    fields = {name: FieldView(_as_text(row[name]) if name != "expiry_date" or not row["expiry_long_term"]
-                              else "long-term", row[f"{name}_state"], row[f"{name}_confidence"])
+    fields = {name: FieldView(_field_value(row, name), row[f"{name}_state"], row[f"{name}_confidence"])
               for name in FIELD_NAMES}
     return ReviewItem(kind="low_confidence", source_path=row["source_path"], sha256=row["sha256"], page=row["page"],
                       reason="low_confidence", stage=None, detail=None, retryable=False, confidence=confidence,
