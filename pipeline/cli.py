@@ -29,6 +29,8 @@ from pipeline.cli_common import (
     settings_problems,
 )
 from pipeline.cli_ops import register as register_ops
+from pipeline.cli_review import print_corrections
+from pipeline.cli_review import register as register_review
 from pipeline.cli_vllm import register as register_vllm
 from pipeline.config import Settings
 from pipeline.masking import mask_id
@@ -162,8 +164,6 @@ def show(out: Annotated[Path, typer.Argument(help="output folder of a previous r
         raise config_error(f"no idflow run found in {out}")
     print_summary(summary)
     show_rows(out)
-    from pipeline.cli_review import print_corrections
-
     print_corrections(out)
 
 
@@ -240,6 +240,4 @@ def doctor(
 
 register_ops(app)
 register_vllm(app)
-from pipeline.cli_review import register as register_review  # noqa: E402  (review; corrections in `show`)
-
 register_review(app)

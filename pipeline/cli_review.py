@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from pipeline.cli_common import config_error, console
 from pipeline.masking import mask_id
 
 
@@ -25,8 +26,6 @@ def review(
                                           help="--interactive: prefilled reviewer name")] = "",
 ) -> None:
     """Write OUT/review/<run>.html: every failure and low-confidence record of the run, with pictures."""
-    from pipeline.cli import config_error, console
-
     if not out.is_dir():
         raise config_error(f"output folder {out} does not exist")
     if interactive:
@@ -58,7 +57,6 @@ def review(
 
 def print_corrections(out: Path, limit: int = 20) -> None:
     """The documents people decided on (final: preferred by final_records, left alone by the retry)."""
-    from pipeline.cli import console
     from pipeline.review.corrections import latest_corrections
 
     latest = latest_corrections(out)
