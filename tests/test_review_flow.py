@@ -41,19 +41,36 @@ def _review_run(client) -> Any:
 
 
 def _paused(client, seen: set[str]) -> Any:
-    """The review run once it is paused on a question not answered yet (a new input keyset)."""
+    """The review run once it is paused on a question not answered yet (a new input keyset) whose form is stored:
+    the flow saves the form just after the server accepted the Paused state."""
     run = _review_run(client)
     if run is None or not run.state.is_paused():
         return None
     keyset = run.state.state_details.run_input_keyset
-    return run if keyset and keyset["schema"] not in seen else None
+    if not keyset or keyset["schema"] in seen:
+        return None
+    try:
+        client.read_flow_run_input(run.id, keyset["schema"])
+        client.read_flow_run_input(run.id, keyset["description"])
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code == 404:
+            return None
+        raise
+    return run
 
 
 def _answer(api: str, run: Any, seen: set[str], **values: Any) -> None:
     """Submit the form the way the Prefect UI does: POST /flow_runs/{id}/resume with run_input."""
     seen.add(run.state.state_details.run_input_keyset["schema"])
-    response = httpx.post(f"{api}/flow_runs/{run.id}/resume", json={"run_input": values}, timeout=30)
-    response.raise_for_status()
+
+    def submit() -> httpx.Response | None:
+        response = httpx.post(f"{api}/flow_runs/{run.id}/resume", json={"run_input": values}, timeout=120)
+        if response.status_code == 503:  # SQLite "database is locked" on a loaded machine: submit again
+            return None
+        response.raise_for_status()
+        return response
+
+    response = wait_for(submit, 300, "the server to accept the answer", every=2)
     assert response.json()["status"] == "ACCEPT", response.text
 
 
