@@ -169,3 +169,6 @@ async def _publish(summary: dict[str, Any], *, input_dir: str, out_dir: str) -> 
                                          description=f"{name} of this run (ID numbers masked)")
     await acreate_link_artifact(Path(out_dir).resolve().as_uri(), link_text="Parquet outputs",
                                 key="idflow-outputs")
+    from flows.review import publish_review  # the review page (inside OUT) and its summary/link artifacts
+
+    await publish_review(Path(out_dir), summary["run_id"])

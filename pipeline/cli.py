@@ -27,6 +27,8 @@ from pipeline import progress
 from pipeline.cli_common import config_error, console, load_settings, prefect_api, settings_problems
 from pipeline.cli_ops import register as register_ops
 from pipeline.cli_retry import register as register_retry
+from pipeline.cli_review import print_corrections
+from pipeline.cli_review import register as register_review
 from pipeline.cli_vllm import register as register_vllm
 from pipeline.config import Settings
 from pipeline.masking import mask_id, redact
@@ -175,6 +177,7 @@ def show(out: Annotated[Path, typer.Argument(help="output folder of a previous r
         raise config_error(f"no idflow run found in {out}")
     print_summary(summary)
     show_rows(out)
+    print_corrections(out)
 
 
 @app.command("eval")
@@ -263,3 +266,4 @@ def doctor(
 register_ops(app)
 register_vllm(app)
 register_retry(app)
+register_review(app)

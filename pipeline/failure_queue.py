@@ -35,6 +35,7 @@ from pipeline.store import (
     source_file_name,
     write_part,
 )
+from pipeline.review.corrections import corrected_keys
 
 RESOLUTIONS = "resolutions"
 RESOLUTION_SCHEMA = pa.schema([
@@ -188,9 +189,12 @@ def open_entries(out_dir: Path) -> tuple[list[OpenEntry], list[tuple[str, int, s
     resolutions = read_resolutions(out_dir)
     recorded = set() if resolutions is None else {
         (r["sha256"], r["page"], r["run_id"]) for r in resolutions.select(["sha256", "page", "run_id"]).to_pylist()}
+    decided = corrected_keys(out_dir)  # a person's decision is final: never retried
     entries, done_elsewhere = [], []
     for doc in sorted(_documents(out_dir), key=lambda d: (d.latest["sha256"] or "", d.latest["page"] or 0)):
         last = doc.latest
+        if f"{last['sha256']}:{last['page']}" in decided:
+            continue
         if doc.resolved_by is not None:
             if last["sha256"] is not None and last["page"] is not None:
                 resolution = (last["sha256"], last["page"], doc.resolved_by)
