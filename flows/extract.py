@@ -81,7 +81,7 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     if batch_size:
         overrides["batch_size"] = batch_size
     settings = await with_block_key(Settings(**overrides))
-    root, out = Path(input_dir), Path(out_dir)
+    root, out = Path(input_dir).resolve(), Path(out_dir)  # absolute: the retry and review find files from any cwd
     run_id, fingerprint = _run_id(), settings.fingerprint()
     writer = RunWriter(out, run_id, fingerprint, settings.flush_every)
     tally = RunTally()

@@ -23,9 +23,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from pipeline.backends.answer_parsing import AnswerError, parse_answer
 from pipeline.config import PrepareSettings
 from pipeline.datamodel import FIELD_NAMES
+from pipeline.failure_queue import input_dirs
 from pipeline.review.corrections import latest_corrections
-from pipeline.review.thumbnails import Thumbnail, input_dirs, locate, thumbnail
-from pipeline.store import FAILURES, RESULTS, RUNS, read_table
+from pipeline.review.thumbnails import Thumbnail, locate, thumbnail
+from pipeline.store import FAILURES, RESULTS, RUNS, read_table, run_input_dir
+
+MAX_PICTURES = 200
 
 
 class ReviewSettings(BaseSettings):
@@ -235,17 +238,21 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
     items.sort(key=lambda i: i.rank)
 
     if thumbnails:
-        folders = [summary["input_dir"], *input_dirs(out_dir).values()] if summary.get("input_dir") else \
-            list(input_dirs(out_dir).values())
+        own = run_input_dir(summary)
+        folders = [*([own] if own else []), *input_dirs(out_dir).values()]
         settings = prepare or PrepareSettings()
+        pictured = items[:MAX_PICTURES]  # re-preparing costs ~0.3-2 s a page: a page for people, not an export
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for item, thumb in zip(items, pool.map(lambda i: _thumbnail(i, folders, settings), items), strict=True):
+            for item, thumb in zip(pictured, pool.map(lambda i: _thumbnail(i, folders, settings), pictured),
+                                   strict=True):
                 item.thumbnail = thumb
+        for item in items[MAX_PICTURES:]:
+            item.thumbnail = Thumbnail(None, f"no picture: only the first {MAX_PICTURES} documents are pictured")
     return ReviewQueue(out_dir=out_dir, run_id=run, threshold=limit, summary=summary, items=items,
                        results=len(confidences), confidences=confidences)
 
 
-def _thumbnail(item: ReviewItem, folders: list[str], settings: PrepareSettings) -> Thumbnail:
+def _thumbnail(item: ReviewItem, folders: list[Path], settings: PrepareSettings) -> Thumbnail:
     path, why_not = locate(item.source_path, item.sha256, folders)
     if path is None or item.sha256 is None:
         return Thumbnail(None, why_not or "the file could not be hashed: no picture")

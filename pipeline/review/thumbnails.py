@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from pipeline.config import PrepareSettings
 from pipeline.datamodel import DocumentRef, Failure
 from pipeline.ingest import sha256_file
 from pipeline.prepare import prepare_page
-from pipeline.store import RUNS
 
 THUMBNAIL_LONG_EDGE = 480
 THUMBNAIL_QUALITY = 80
@@ -33,17 +31,7 @@ class Thumbnail:
     note: str = ""
 
 
-def input_dirs(out_dir: Path) -> dict[str, str]:
-    """run id -> input folder, from the run summaries (retry runs have none: they span many folders)."""
-    dirs: dict[str, str] = {}
-    for path in sorted((out_dir / RUNS).glob("*.json")):
-        summary = json.loads(path.read_text(encoding="utf-8"))
-        if summary.get("input_dir"):
-            dirs[str(summary["run_id"])] = str(summary["input_dir"])
-    return dirs
-
-
-def locate(source_path: str, sha256: str | None, folders: list[str]) -> tuple[Path | None, str]:
+def locate(source_path: str, sha256: str | None, folders: list[Path]) -> tuple[Path | None, str]:
     """The source file under the first folder that holds it with the same bytes, else None and why not."""
     changed = False
     for folder in dict.fromkeys(folders):
