@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from pipeline.ingest import sha256_file
 from pipeline.store import (
@@ -30,6 +29,7 @@ from pipeline.store import (
     RESULTS,
     RUNS,
     path_bytes,
+    read_dataset,
     read_table,
     run_input_dir,
     source_file_name,
@@ -141,11 +141,7 @@ class OpenEntry:
 
 
 def read_resolutions(out_dir: Path) -> pa.Table | None:
-    folder = out_dir / RESOLUTIONS
-    if not folder.is_dir() or not any(folder.rglob("*.parquet")):
-        return None
-    return ds.dataset(folder, format="parquet", partitioning="hive",
-                      schema=RESOLUTION_SCHEMA.append(pa.field("run_date", pa.string()))).to_table()
+    return read_dataset(out_dir, RESOLUTIONS, RESOLUTION_SCHEMA)
 
 
 def write_resolutions(out_dir: Path, resolved: Sequence[tuple[str, int, str]], *, run_id: str, how: str) -> None:

@@ -321,16 +321,23 @@ class RunWriter:
         self._parts[name] += 1
 
 
-def read_table(out_dir: Path, table_name: str, columns: list[str] | None = None,
-               run_id: str | None = None) -> pa.Table | None:
-    """The results or failures dataset (all runs, or one run), or None before the first run wrote one."""
+def read_dataset(out_dir: Path, table_name: str, schema: pa.Schema, columns: list[str] | None = None,
+                 run_id: str | None = None) -> pa.Table | None:
+    """One of OUT's partitioned datasets (all runs, or one run) read with its declared schema, or None before its
+    first part was written."""
     folder = out_dir / table_name
     if not folder.is_dir() or not any(folder.rglob("*.parquet")):
         return None
-    schema = RESULT_SCHEMA if table_name == RESULTS else FAILURE_SCHEMA
     dataset = ds.dataset(folder, format="parquet", partitioning="hive", schema=schema.append(
         pa.field("run_date", pa.string())))
     return dataset.to_table(columns=columns, filter=None if run_id is None else ds.field("run_id") == run_id)
+
+
+def read_table(out_dir: Path, table_name: str, columns: list[str] | None = None,
+               run_id: str | None = None) -> pa.Table | None:
+    """The results or failures dataset (all runs, or one run), or None before the first run wrote one."""
+    schema = RESULT_SCHEMA if table_name == RESULTS else FAILURE_SCHEMA
+    return read_dataset(out_dir, table_name, schema, columns, run_id)
 
 
 def done_keys(out_dir: Path, fingerprint: str) -> set[str]:

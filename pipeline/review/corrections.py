@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from pipeline.datamodel import FIELD_NAMES
-from pipeline.store import RESULTS, read_table, write_part
+from pipeline.store import RESULT_SCHEMA, RESULTS, read_dataset, read_table, write_part
 from pipeline.validate import field_errors
 
 CORRECTIONS = "corrections"
@@ -42,14 +41,8 @@ CORRECTION_SCHEMA = pa.schema([
 ])
 
 FINAL_SCHEMA = pa.schema([
-    pa.field("source_path", pa.string(), nullable=False),
-    pa.field("page", pa.int32(), nullable=False),
-    pa.field("sha256", pa.string(), nullable=False),
-    pa.field("doc_type", pa.string()),
-    pa.field("name", pa.string()),
-    pa.field("id_number", pa.string()),
-    pa.field("expiry_date", pa.date32()),
-    pa.field("expiry_long_term", pa.bool_()),
+    *(RESULT_SCHEMA.field(name) for name in ("source_path", "page", "sha256", "doc_type", "name", "id_number",
+                                             "expiry_date", "expiry_long_term")),
     pa.field("decided_by", pa.string(), nullable=False),  # "machine" | "person"
     pa.field("decision", pa.string()),  # the person's decision; None for machine records
     pa.field("who", pa.string()),
@@ -121,11 +114,7 @@ def write_corrections(out_dir: Path, corrections: list[Correction], *, when: dat
 
 def read_corrections(out_dir: Path) -> pa.Table | None:
     """Every correction ever saved under OUT, or None before the first."""
-    folder = out_dir / CORRECTIONS
-    if not folder.is_dir() or not any(folder.rglob("*.parquet")):
-        return None
-    return ds.dataset(folder, format="parquet", partitioning="hive",
-                      schema=CORRECTION_SCHEMA.append(pa.field("run_date", pa.string()))).to_table()
+    return read_dataset(out_dir, CORRECTIONS, CORRECTION_SCHEMA)
 
 
 def latest_corrections(out_dir: Path) -> dict[str, dict[str, Any]]:
