@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.datamodel import Extraction, FieldReading
+from pipeline.fields.mrz import NAME_FILLERS_CHECK
 
 TABLE_NAME = "calibration_table.json"
 
@@ -38,7 +39,9 @@ def evidence_class(field: str, doc_type: str | None, checks: list[str], failures
         source = {"name": "cn." + verdict("cn_id.checksum"), "id_number": "cn." + verdict("cn_id.checksum"),
                   "expiry_date": "cn.validity"}[field]
     elif has_mrz:
-        source = {"name": "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz"),
+        name_source = "mrz.name_debris" if NAME_FILLERS_CHECK in failures else \
+            "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz")
+        source = {"name": name_source,
                   "id_number": "mrz.number_" + verdict("mrz.number"),
                   "expiry_date": "mrz.expiry_" + verdict("mrz.expiry")}[field]
     else:

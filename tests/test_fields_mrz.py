@@ -220,6 +220,17 @@ def test_result_shape_and_doc_type() -> None:
     assert "mrz.composite" not in visa.checks_passed + visa.checks_failed
 
 
+@pytest.mark.parametrize(("name_field", "name"), [
+    ("ERIKSSON<<ANNA<MARIA", "ERIKSSON ANNA MARIA"),           # clean: not flagged
+    ("ERIKSSON<<ANNA<MARIA<<<<<<C<C", "ERIKSSON ANNA MARIA"),   # fillers misread: debris dropped
+    ("ERIKSSON<<ANNA<<MARIA", "ERIKSSON ANNA MARIA"),          # a lone '<' read twice: kept
+])
+def test_letters_after_the_closing_fillers_flag_the_name(name_field: str, name: str) -> None:
+    r = mrz.parse([f"P<UTO{name_field:<<39}", TD3[1]], TODAY)
+    assert r is not None and r.name == name and r.valid  # the check digits do not cover the name line
+    assert r.name_debris == (name_field.count("<<") > 1)
+
+
 def test_parse_is_strict_and_find_repairs() -> None:
     damaged = [TD3[0], TD3[1].replace("L898902C3", "L8989O2C3")]
     strict = mrz.parse(damaged, TODAY)

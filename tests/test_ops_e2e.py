@@ -165,7 +165,7 @@ def test_nightly_processes_only_folders_not_done(stack: OpsStack, upload_run: Up
     ledger = json.loads((stack.out / STATE_DIR / LEDGER_NAME).read_text())["done"]
     assert {Path(k).name: v["via"] for k, v in ledger.items()} == {"batch-001": "extract-run",
                                                                    "batch-002": "nightly"}
-    assert ledger[str(second.resolve())]["run_id"] == str(child.id)[:8]
+    assert ledger[str(second.resolve())]["run_id"] == str(child.id)
 
     again = run_nightly()
     assert again.state.is_completed()

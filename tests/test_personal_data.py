@@ -1,6 +1,7 @@
 """Document numbers stay out of everything but Parquet: a real `idflow run` whose model answers carry distinctive
 numbers that fail validation (so they travel through failure details, schema messages and the failure tables),
-then a search of the console output, the run's other output files and every file of the Prefect server's home
+then a search of the console output, the run's other output files (not the review page, which is for the
+person correcting) and every file of the Prefect server's home
 (its SQLite database: logs, artifacts, flow and task runs)."""
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ def test_document_numbers_reach_no_console_log_summary_or_prefect_database(tmp_p
 
     for secret in SECRETS:
         assert secret not in console, secret
-    others = [p for p in (tmp_path / "out").rglob("*") if p.is_file() and p.suffix != ".parquet"]
+    # Parquet and the review pages (OUT/review/, for the person correcting; issue 13) hold personal data.
+    out = tmp_path / "out"
+    assert list((out / "review").glob("*.html")), "the review page is written"
+    others = [p for p in out.rglob("*") if p.is_file() and p.suffix != ".parquet"
+              and p.relative_to(out).parts[0] != "review"]
     assert others, "the run summary is written"
     for path in others:
         assert not any(s.encode() in path.read_bytes() for s in SECRETS), path

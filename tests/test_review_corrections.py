@@ -41,7 +41,7 @@ def test_a_wrong_check_digit_is_refused_with_the_reason_and_the_right_one_accept
     assert correction_problems({**right, "expiry_date": "2031-02-30"}, "portrait") == [
         "date.expiry: '2031-02-30' is not a calendar date"]
     assert correction_problems({**right, "doc_type": "library_card"}, "landscape")  # schema enum
-    lower_x = clean_values({"doc_type": "cn_id", "name": "李", "id_number": "11010519491231002x"})
+    lower_x = clean_values({"doc_type": "cn_id", "name": "李娜", "id_number": "11010519491231002x"})
     assert lower_x["id_number"].endswith("X") and correction_problems(lower_x, "landscape") == []
 
 

@@ -151,7 +151,7 @@ def test_review_flow_refuses_a_wrong_check_digit_and_stores_the_right_correction
     assert corrected_keys(out) == {key}
     merged = {f"{r['sha256']}:{r['page']}": r for r in final_records(out).to_pylist()}
     assert merged[key]["decided_by"] == "person" and merged[key]["name"] == "张伟"
-    entries, _ = open_entries(out, locate=False)
+    entries, _ = open_entries(out)
     assert [e.source_path for e in entries] == ["truncated.png"]  # the skipped failure stays in the queue
 
     shown = subprocess.run([sys.executable, "-m", "pipeline", "show", str(out)], env={**env, "COLUMNS": "200"},

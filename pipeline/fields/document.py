@@ -21,6 +21,7 @@ from typing import Literal, Protocol, Sequence
 from pipeline.datamodel import FIELD_NAMES, FieldReading
 from pipeline.fields import cn_id, cn_permanent_residence, driving_licence, french_id, mrz
 from pipeline.fields.dates import parse_printed_dates
+from pipeline.fields.mrz import NAME_FILLERS_CHECK
 from pipeline.fields.names import looks_like_name
 
 DocumentType = Literal["cn_id", "passport", "id_card", "visa", "driving_licence", "cn_permanent_residence",
@@ -289,6 +290,8 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
     truncated_surname = getattr(zone, "surname", None) if zone.doc_type == "driving_licence" else None
     if zone.name and not looks_like_name(zone.name):  # zone debris (digits): as if the name line was lost
         b.failures.append("name.shape")
+    if getattr(zone, "name_debris", False):
+        b.failures.append(NAME_FILLERS_CHECK)
     if zone.name and looks_like_name(zone.name):
         words = {w for x in printed_boxes for w in _fold(x.text).split()}
         name = _split_glued_words(zone.name, words)

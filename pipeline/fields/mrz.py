@@ -57,6 +57,10 @@ def check_ok(data: str, digit: str) -> bool:
     return digit.isdigit() and _ALPHABET.fullmatch(data) is not None and check_digit(data) == int(digit)
 
 
+# Failed (in `check_failures`) when letters follow the name's closing filler run; see `_names`.
+NAME_FILLERS_CHECK = "mrz.name_fillers"
+
+
 @dataclass(slots=True)
 class MrzResult:
     """One machine-readable zone, decoded. `name` is "SURNAME GIVEN NAMES" single-spaced (None if the name
@@ -75,6 +79,7 @@ class MrzResult:
     nationality: str | None
     checks_passed: list[str] = field(default_factory=list)
     checks_failed: list[str] = field(default_factory=list)
+    name_debris: bool = False  # letters after the name's closing filler run: the name line was misread
 
     @property
     def valid(self) -> bool:
@@ -146,10 +151,21 @@ def _field_classes(fmt: MrzFormat) -> list[str]:
 # ----------------------------------------------------------------------------------------- decoding
 
 
-def _names(field_text: str) -> tuple[str, str]:
-    """Primary and secondary identifiers: split at the first '<<', remaining fillers become spaces."""
+def _names(field_text: str) -> tuple[str, str, bool]:
+    """Primary and secondary identifiers: split at the first '<<', remaining fillers become spaces; and
+    whether letters follow a second '<<' (debris).
+
+    ICAO 9303 uses '<<' once, between the identifiers; within each a single '<' separates the parts, and
+    after the last part only fillers follow. Letters after a second '<<' are fillers misread ("DAVID<<<<C<C")
+    or a single '<' read twice ("ANNA<<MARIA"): short tokens are dropped as debris, longer ones kept, and
+    either way the reading is flagged so the name is not trusted on its own.
+    """
     surname, _, given = field_text.rstrip("<").partition("<<")
-    return (" ".join(surname.replace("<", " ").split()), " ".join(given.replace("<", " ").split()))
+    given, gap, rest = given.partition("<<")
+    debris = bool(gap and rest.strip("<"))
+    if debris and any(len(token) > 2 for token in rest.split("<")):
+        given = f"{given}<{rest}"
+    return (" ".join(surname.replace("<", " ").split()), " ".join(given.replace("<", " ").split()), debris)
 
 
 def _code(text: str) -> str | None:
@@ -234,7 +250,7 @@ def _decode(fmt: MrzFormat, lines: Sequence[str], today: date, *, confirmed: Col
     number = raw.number
     if raw.number_check == "<" and raw.overflow[:1].isalnum():
         number += raw.overflow.split("<", 1)[0][:-1]
-    surname, given = _names(raw.names) if has_name_line else (None, None)
+    surname, given, debris = _names(raw.names) if has_name_line else (None, None, False)
     name = (" ".join(p for p in (surname, given) if p) or None) if has_name_line else None
     return MrzResult(
         format=fmt, doc_code=_code(raw.doc_code) if has_name_line else None,
@@ -243,7 +259,7 @@ def _decode(fmt: MrzFormat, lines: Sequence[str], today: date, *, confirmed: Col
         birth_date=yymmdd(raw.birth, kind="birth", today=today),
         expiry_date=yymmdd(raw.expiry, kind="expiry", today=today),
         sex=raw.sex if raw.sex in ("M", "F", "X") else None, nationality=_code(raw.nationality),
-        checks_passed=passed, checks_failed=failed)
+        checks_passed=passed, checks_failed=failed, name_debris=debris)
 
 
 def _format_of(lines: Sequence[str]) -> MrzFormat | None:
