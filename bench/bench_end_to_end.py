@@ -39,6 +39,7 @@ from pipeline.config import PrepareSettings  # noqa: E402
 from pipeline.datamodel import DocumentRef, PreparedImage  # noqa: E402
 from pipeline.ingest import Discovery  # noqa: E402
 from tests.support.chat_server import ChatServer, ServerConfig  # noqa: E402
+from tests.support.prefect_server import prefect_server  # noqa: E402
 
 KEY = "bench-key-0123456789"
 MODEL = "test-vlm"
@@ -148,6 +149,9 @@ def main() -> None:
     parser.add_argument("--prepare-pages", type=int, default=60, help="pages timed for prepare ms/page (0: skip)")
     parser.add_argument("--no-startup", action="store_true", help="skip timing the start-up pieces")
     parser.add_argument("--embedded", action="store_true", help="also run bench/bench_embedded.py's two loops")
+    parser.add_argument("--prefect", choices=("server", "temporary"), default="server",
+                        help="server: a `prefect server start` up before the run (as in production); temporary: "
+                             "let `idflow run` start its own (its start-up is then part of the fixed cost)")
     args = parser.parse_args()
 
     print(f"{os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
@@ -163,11 +167,19 @@ def main() -> None:
               f"p95 {percentile(cpu, 0.95) * 1000:.1f} ms, mean {statistics.fmean(cpu) * 1000:.1f} ms, n={len(cpu)}")
 
     config = ServerConfig(api_key=KEY, model=MODEL, latency_s=args.latency, max_concurrency=args.slots)
-    with ChatServer(config) as server:
-        sampler = InFlightSampler(server)
-        sampler.start()
-        ran = run_cli(folder, server, args.concurrency, {})
-        sampler.stop.set()
+    with tempfile.TemporaryDirectory(prefix="idflow-e2e-prefect-") as tmp, ChatServer(config) as server:
+        prefect_env = {}
+        if args.prefect == "server":
+            stack = prefect_server(Path(tmp))
+            prefect_env = {k: v for k, v in stack.__enter__().env.items() if k.startswith("PREFECT_")}
+        try:
+            sampler = InFlightSampler(server)
+            sampler.start()
+            ran = run_cli(folder, server, args.concurrency, prefect_env)
+            sampler.stop.set()
+        finally:
+            if args.prefect == "server":
+                stack.__exit__(None, None, None)
         chats = [r for r in server.chat_requests() if r.status == 200]
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
