@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,9 +90,11 @@ def startup_pieces() -> dict[str, float]:
     for label, code in [("python itself", "pass"),
                         ("import pipeline.cli", "import pipeline.cli"),
                         ("+ import flows.extract (Prefect)", "import pipeline.cli, flows.extract"),
-                        ("load orientation models", "from pipeline.prepare.orient import _get_models;"
-                                                    "import time; t=time.perf_counter(); _get_models();"
-                                                    "print(time.perf_counter()-t)")]:
+                        ("load the page orientation model", "from pipeline.prepare.orient import _get_page_model;"
+                         "import time; t=time.perf_counter(); _get_page_model(); print(time.perf_counter()-t)"),
+                        ("load the text detector (careful path only)", "from pipeline.prepare.orient import "
+                         "_get_models; import time; t=time.perf_counter(); _get_models(); "
+                         "print(time.perf_counter()-t)")]:
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         pieces[label] = float(done.stdout) if done.stdout.strip() else time.perf_counter() - started
@@ -167,19 +170,13 @@ def main() -> None:
               f"p95 {percentile(cpu, 0.95) * 1000:.1f} ms, mean {statistics.fmean(cpu) * 1000:.1f} ms, n={len(cpu)}")
 
     config = ServerConfig(api_key=KEY, model=MODEL, latency_s=args.latency, max_concurrency=args.slots)
-    with tempfile.TemporaryDirectory(prefix="idflow-e2e-prefect-") as tmp, ChatServer(config) as server:
-        prefect_env = {}
-        if args.prefect == "server":
-            stack = prefect_server(Path(tmp))
-            prefect_env = {k: v for k, v in stack.__enter__().env.items() if k.startswith("PREFECT_")}
-        try:
-            sampler = InFlightSampler(server)
-            sampler.start()
-            ran = run_cli(folder, server, args.concurrency, prefect_env)
-            sampler.stop.set()
-        finally:
-            if args.prefect == "server":
-                stack.__exit__(None, None, None)
+    with tempfile.TemporaryDirectory(prefix="idflow-e2e-prefect-") as tmp, ChatServer(config) as server, \
+            (prefect_server(Path(tmp)) if args.prefect == "server" else nullcontext()) as stack:
+        prefect_env = {k: v for k, v in stack.env.items() if k.startswith("PREFECT_")} if stack else {}
+        sampler = InFlightSampler(server)
+        sampler.start()
+        ran = run_cli(folder, server, args.concurrency, prefect_env)
+        sampler.stop.set()
         chats = [r for r in server.chat_requests() if r.status == 200]
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
