@@ -1,7 +1,8 @@
-"""The deployment set served by `idflow serve`: `on-upload`, `nightly` and `retry-failures`.
+"""The deployment set served by `idflow serve`: `on-upload`, `nightly`, `retry-failures` and `review`.
 
-`deployments/prefect.yaml` declares the same three for `prefect deploy --all` with a process work pool; keep
-the two in step (names, parameters, trigger, schedules).
+`deployments/prefect.yaml` declares the same ones for `prefect deploy --all` with a process work pool (plus
+the work-pool-only `shard` and `sharded`); tests/test_deployments.py fails when the two disagree (names,
+entrypoints, parameters, schedules, limits, trigger, descriptions).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from prefect.schedules import Cron
 from flows.extract import extract_folder
 from flows.nightly import nightly
 from flows.retry import retry_failures
+from flows.review import review
 from pipeline.watch import RESOURCE_PREFIX, UPLOAD_EVENT
 
 DEFAULT_TIMEZONE = "Asia/Shanghai"
@@ -57,4 +59,7 @@ def build_deployments(*, inbox: str, out_dir: str, backend: str, model: str,
             parameters={"out_dir": out_dir, "backend": backend, "max_attempts": max_attempts},
             schedules=[Cron(retry_cron or os.environ.get("IDFLOW_RETRY_CRON", DEFAULT_RETRY_CRON), timezone=tz)],
             description="Retry failure-queue entries with retryable reasons (request errors, endpoint down)."),
+        review.to_deployment(
+            name="review", tags=[*run_tags, "review"], parameters={"out_dir": out_dir},
+            description="Review page of a run, then corrections asked for in the UI, one document at a time."),
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from pipeline.config import Settings
 from pipeline.engine import Engine, Item, Outcome
 from pipeline.ingest import Discovery, walk
 from pipeline.masking import install_masking
+from pipeline.output_lock import hold_output
 from pipeline.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
 from pipeline.store import FAILURES, RESULTS, RunWriter, done_keys, read_table, write_run_summary
 from pipeline.tally import RunTally
@@ -62,11 +64,14 @@ def _run_name() -> str:
 @flow(name="extract-folder", flow_run_name=_run_name, log_prints=False)
 async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", concurrency: int | None = None,
                          batch_size: int | None = None, force: bool = False, dask: str | None = None,
-                         shard: str | None = None) -> dict[str, Any]:
+                         shard: str | None = None, wait_for_lock: bool = True) -> dict[str, Any]:
     """Extract every document under `input_dir` into Parquet under `out_dir`; returns the run summary.
 
     `dask` (`tcp://host:8786` or `local:N`) runs the batches on Dask workers (flows/dask_batches.py); `shard`
     is a shard manifest from `extract-sharded` (flows/sharded.py): only the files it lists are processed.
+    The run holds OUT's lock (`pipeline.output_lock`) from before it reads what is done until its summary is
+    written; another run holding it is waited for (logged), or, with `wait_for_lock=False` (`idflow run`
+    without `--wait`), refused with `OutputBusy`. A shard runs under its parent's lock.
     """
     install_masking("prefect", "prefect.flow_runs", "prefect.task_runs")
     logger = get_run_logger()
@@ -76,32 +81,37 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     if batch_size:
         overrides["batch_size"] = batch_size
     settings = await with_block_key(Settings(**overrides))
-    root, out = Path(input_dir), Path(out_dir)
+    root, out = Path(input_dir).resolve(), Path(out_dir)  # absolute: the retry and review find files from any cwd
     run_id, fingerprint = _run_id(), settings.fingerprint()
     writer = RunWriter(out, run_id, fingerprint, settings.flush_every)
     tally = RunTally()
     files = read_shard(Path(shard)) if shard else None
     expected = len(files) if files is not None else sum(1 for _ in walk(root.resolve()))
     progress_bar = Progress(await acreate_progress_artifact(0.0, description="documents finished"), expected)
-    done = frozenset() if force else done_keys(out, fingerprint)
+    lock = nullcontext() if shard else hold_output(out, run_id=run_id, wait=wait_for_lock, on_wait=logger.warning)
 
-    def discovered() -> Iterator[Item]:
-        for item in Discovery(root, done, only=files).items():
-            tally.seen += 1
-            yield item
+    async with lock:
+        done = frozenset() if force else done_keys(out, fingerprint)
 
-    try:
-        async for outcome, worker in _outcomes(discovered(), settings, dask=dask, overrides=overrides,
-                                               fingerprint=fingerprint):
-            writer.add(outcome, worker=worker)
-            tally.add(outcome)
-            await progress_bar.update(tally.finished, tally.seen)
-    finally:
-        writer.flush()
+        def discovered() -> Iterator[Item]:
+            for item in Discovery(root, done, only=files, settings=settings.prepare).items():
+                tally.seen += 1
+                yield item
 
-    summary = tally.summary(run_id=run_id, settings=settings)
-    summary["input_dir"], summary["out_dir"] = str(root), str(out)
-    write_run_summary(out, summary)
+        try:
+            async for outcome, worker in _outcomes(discovered(), settings, dask=dask, overrides=overrides,
+                                                   fingerprint=fingerprint):
+                writer.add(outcome, worker=worker)
+                tally.add(outcome)
+                await progress_bar.update(tally.finished, tally.seen)
+        finally:
+            writer.flush()
+        for failure in writer.demoted:
+            tally.demote(failure)
+
+        summary = tally.summary(run_id=run_id, settings=settings)
+        summary["input_dir"], summary["out_dir"] = str(root), str(out)
+        write_run_summary(out, summary)
     await progress_bar.finish()
     await _publish(summary, input_dir=str(root), out_dir=str(out))
     logger.info("run %s: seen=%d results=%d failures=%d skipped=%d accounted=%s", run_id, summary["seen"],
@@ -159,3 +169,6 @@ async def _publish(summary: dict[str, Any], *, input_dir: str, out_dir: str) -> 
                                          description=f"{name} of this run (ID numbers masked)")
     await acreate_link_artifact(Path(out_dir).resolve().as_uri(), link_text="Parquet outputs",
                                 key="idflow-outputs")
+    from flows.review import publish_review  # the review page (inside OUT) and its summary/link artifacts
+
+    await publish_review(Path(out_dir), summary["run_id"])

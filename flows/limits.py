@@ -7,6 +7,7 @@ and a retry run in other processes would each fill it. One named limit per backe
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,19 +15,43 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.concurrency.asyncio import concurrency
 from prefect.exceptions import ObjectNotFound
+from prefect.settings import PREFECT_API_URL
 
 
 def request_limit_name(backend: str) -> str:
     return f"idflow-requests-{backend}"
 
 
+RECHECK_S = 60.0  # how long a lookup is trusted (long-lived processes, e.g. Dask workers, see a new limit)
+_EXISTS: dict[tuple[str, str], tuple[bool, float]] = {}  # (API URL, limit name) -> (exists, when looked up)
+
+
+async def _limit_exists(name: str) -> bool:
+    key = (str(PREFECT_API_URL.value()), name)
+    known = _EXISTS.get(key)
+    if known is None or time.monotonic() - known[1] > RECHECK_S:
+        async with get_client() as client:
+            try:
+                await client.read_global_concurrency_limit_by_name(name)
+                known = (True, time.monotonic())
+            except ObjectNotFound:
+                known = (False, time.monotonic())
+        _EXISTS[key] = known
+    return known[0]
+
+
 @asynccontextmanager
 async def request_slots(backend: str, occupy: int) -> AsyncIterator[None]:
     """Hold `occupy` slots of the backend's request limit around a batch of model calls.
 
-    `strict=False`: a plain `idflow run` on a machine without the limit still works (Prefect only warns).
-    `idflow serve` creates the limit, and the README's `prefect deploy` steps create it by hand.
+    Without the limit (a plain `idflow run`, e.g. on its temporary server) there is nothing to hold: the run
+    goes ahead without asking Prefect for slots, which would warn `... do not exist - skipping acquisition`
+    on every batch. `idflow serve` creates the limit, and the README's `prefect deploy` steps create it by
+    hand; `strict=False` only covers a limit deleted during the run.
     """
+    if not await _limit_exists(request_limit_name(backend)):
+        yield
+        return
     async with concurrency(request_limit_name(backend), occupy=max(1, occupy), strict=False):
         yield
 
@@ -38,7 +63,9 @@ async def ensure_request_limit(backend: str, limit: int) -> bool:
     async with get_client() as client:
         try:
             await client.read_global_concurrency_limit_by_name(name)
-            return False
+            created = False
         except ObjectNotFound:
             await client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=limit))
-            return True
+            created = True
+    _EXISTS[(str(PREFECT_API_URL.value()), name)] = (True, time.monotonic())
+    return created

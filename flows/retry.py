@@ -1,4 +1,4 @@
-"""The `retry-failures` flow: a thin Prefect wrapper around `pipeline.failure_queue.retry_failures`."""
+"""The `retry-failures` flow: a thin Prefect wrapper around `pipeline.retry.retry_failures`."""
 
 from __future__ import annotations
 
@@ -10,20 +10,26 @@ from prefect.artifacts import acreate_markdown_artifact
 
 from flows.extract import _run_id
 from flows.limits import request_slots
+from flows.secrets import with_block_key
 from pipeline.config import Settings
-from pipeline.failure_queue import retry_failures as retry_open_failures
 from pipeline.masking import install_masking
+from pipeline.retry import retry_failures as retry_open_failures
 
 
-@flow(name="retry-failures", flow_run_name="retry {backend} failures", log_prints=False)
-async def retry_failures(out_dir: str, backend: str = "ocr", max_attempts: int = 3) -> dict[str, Any]:
-    """Re-run open, retryable failure-queue entries of `backend` in OUT (at most `max_attempts` in total per
-    document, the original run included); resolved entries are recorded, nothing is deleted."""
+@flow(name="retry-failures", flow_run_name="retry failures", log_prints=False)
+async def retry_failures(out_dir: str, backend: str | None = None, max_attempts: int = 3,
+                         wait_for_lock: bool = True) -> dict[str, Any]:
+    """Re-run the open failure-queue entries of OUT that have attempts left (at most `max_attempts` in total
+    per document, the original run included; 2 for internal errors) with `backend` (default: the configured
+    one), whatever backend recorded them; resolved entries are recorded, nothing is deleted. OUT busy: wait
+    (logged), or with `wait_for_lock=False` raise `OutputBusy`."""
     install_masking("prefect", "prefect.flow_runs", "prefect.task_runs")
-    report = await retry_open_failures(Path(out_dir), Settings(backend=backend), run_id=_run_id(),
-                                       max_attempts=max_attempts,
-                                       slot=lambda: request_slots(backend, 1))
+    logger = get_run_logger()
+    settings = await with_block_key(Settings(**({"backend": backend} if backend else {})))
+    report = await retry_open_failures(Path(out_dir), settings, run_id=_run_id(), max_attempts=max_attempts,
+                                       slot=lambda: request_slots(settings.backend, 1), wait=wait_for_lock,
+                                       on_wait=logger.warning)
     await acreate_markdown_artifact(report.markdown(), key="idflow-retry-summary",
                                     description="idflow retry of the failure queue")
-    get_run_logger().info("retry %s: %s", report.run_id, report.as_dict())
+    logger.info("retry %s: %s", report.run_id, report.as_dict())
     return report.as_dict()

@@ -35,6 +35,7 @@ from pipeline.config import Settings
 from pipeline.datamodel import Skipped
 from pipeline.ingest import Discovery
 from pipeline.masking import install_masking
+from pipeline.output_lock import hold_output
 from pipeline.report import summary_markdown
 from pipeline.tally import RunTally
 from pipeline.store import RUNS, done_keys, write_run_summary
@@ -190,20 +191,22 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
             logger.error("shard %d failed %d times: %s", shard.index, outcome.attempts, "; ".join(outcome.errors))
         return outcome
 
-    plan = plan_shards(root, frozenset() if force else done_keys(out, settings.fingerprint()), size, tally)
-    while True:  # plan as shards are taken: workers start on shard 1 while the walk is still hashing
-        await slots.acquire()
-        shard = await asyncio.to_thread(next, plan, None)
-        if shard is None:
-            slots.release()
-            break
-        shard.manifest = write_shard(out, run_id, root, shard)
-        running.append(asyncio.create_task(one(shard)))
-    outcomes = await asyncio.gather(*running)
+    # OUT's lock, held for the children too: they run under it (flows/extract.py takes none for a shard).
+    async with hold_output(out, run_id=run_id, wait=True, on_wait=logger.warning):
+        plan = plan_shards(root, frozenset() if force else done_keys(out, settings.fingerprint()), size, tally)
+        while True:  # plan as shards are taken: workers start on shard 1 while the walk is still hashing
+            await slots.acquire()
+            shard = await asyncio.to_thread(next, plan, None)
+            if shard is None:
+                slots.release()
+                break
+            shard.manifest = write_shard(out, run_id, root, shard)
+            running.append(asyncio.create_task(one(shard)))
+        outcomes = await asyncio.gather(*running)
 
-    summary = merge_summaries(tally.summary(run_id=run_id, settings=settings), outcomes)
-    summary["input_dir"], summary["out_dir"] = str(root), str(out)
-    write_run_summary(out, summary)
+        summary = merge_summaries(tally.summary(run_id=run_id, settings=settings), outcomes)
+        summary["input_dir"], summary["out_dir"] = str(root), str(out)
+        write_run_summary(out, summary)
     await acreate_markdown_artifact(summary_markdown(summary, input_dir=str(root), out_dir=str(out)),
                                     key="idflow-sharded-summary", description="idflow sharded run summary")
     await acreate_table_artifact([{"shard": o.shard.index, "files": len(o.shard.files), "attempts": o.attempts,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 from collections.abc import Iterator
@@ -12,53 +13,28 @@ from typing import Annotated, Optional
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.markup import escape
 from rich.table import Table
 
 from pipeline import progress
+from pipeline.cli_common import config_error, console, load_settings, prefect_api, settings_problems
+from pipeline.cli_ops import register as register_ops
+from pipeline.cli_retry import register as register_retry
+from pipeline.cli_review import print_corrections
+from pipeline.cli_review import register as register_review
+from pipeline.cli_vllm import register as register_vllm
 from pipeline.config import Settings
-from pipeline.masking import mask_id
+from pipeline.masking import mask_id, redact
 from pipeline.report import CONSOLE_COLUMNS, masked_rows
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scanned identity documents in, validated records out.")
-console = Console()
-
-CONFIG_ERROR = 2
-
-
-def config_error(message: str) -> typer.Exit:
-    console.print(f"[red]configuration error:[/red] {message}")
-    return typer.Exit(CONFIG_ERROR)
-
-
-def settings_problems(exc: ValidationError) -> str:
-    """Which settings are wrong and why, without echoing the values (one of them may be a key)."""
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
-
-
-def load_settings(**overrides: object) -> Settings:
-    """Settings from environment/.env plus CLI overrides; a bad value is a configuration error (exit 2)."""
-    try:
-        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as exc:
-        raise config_error(settings_problems(exc)) from None
-    vlm = settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend
-    if vlm == "openai":
-        key = settings.openai.api_key
-        if (key is None or not key.get_secret_value()) and not os.environ.get("IDFLOW_OPENAI_KEY_BLOCK"):
-            raise config_error("TAOTOKEN_API_KEY is not set (environment, .env, or a Prefect Secret block named "
-                               "in IDFLOW_OPENAI_KEY_BLOCK)")
-        if not settings.openai.model:
-            raise config_error("TAOTOKEN_MODEL is not set: use the model id shown in the provider console")
-    if vlm == "vllm":
-        try:
-            settings.vllm.resolve_pool()
-        except ValueError as exc:
-            raise config_error(str(exc)) from None
-        if settings.vllm.api_key is None:
-            raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
-    return settings
 
 
 @contextmanager
@@ -81,6 +57,7 @@ def run(
     fallback: Annotated[Optional[str], typer.Option(help="vllm only: none | openai when no server is healthy")] = None,
     dry_run: Annotated[bool, typer.Option(help="print predicted visual tokens and cost, send nothing")] = False,
     dask: Annotated[Optional[str], typer.Option(help="run batches on Dask: tcp://host:8786 or local:N")] = None,
+    wait: Annotated[bool, typer.Option(help="wait for a run writing OUT instead of refusing (exit 2)")] = False,
 ) -> None:
     """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for."""
     if not input_dir.is_dir():
@@ -91,12 +68,22 @@ def run(
     if dry_run:
         print_estimate(input_dir, settings)
         raise typer.Exit(0)
-    from flows.extract import extract_folder
+    if dask and not all(map(importlib.util.find_spec, ("prefect_dask", "distributed"))):
+        raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
+    from pipeline.output_lock import OutputBusy
 
-    with progress_bar("extracting") as sink, progress.listening(sink):
-        summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
-                                             concurrency=settings.concurrency,
-                                             batch_size=settings.batch_size, force=force, dask=dask))
+    with prefect_api() as ready:
+        from flows.extract import extract_folder
+
+        ready()
+        try:
+            with progress_bar("extracting") as sink, progress.listening(sink):
+                summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
+                                                     concurrency=settings.concurrency,
+                                                     batch_size=settings.batch_size, force=force, dask=dask,
+                                                     wait_for_lock=wait))
+        except OutputBusy as exc:  # one run writes OUT at a time
+            raise config_error(str(exc)) from None
     print_summary(summary)
     show_rows(out, run_id=summary["run_id"])
     raise typer.Exit(0 if summary["accounted"] else 1)
@@ -155,7 +142,10 @@ def print_summary(summary: dict) -> None:
 
 
 def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
-    from pipeline.store import FAILURES, RESULTS, read_table
+    """The first results (of one run, or all) and the failure queue's current state: each failing document
+    once, with its failed attempts (of this run's failures only, when `run_id` is given)."""
+    from pipeline.failure_queue import current_failures
+    from pipeline.store import RESULTS, read_table
 
     results = read_table(out, RESULTS, run_id=run_id)
     if results is not None:
@@ -163,16 +153,17 @@ def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
         table = Table(title=f"results ({results.num_rows} rows, ID numbers masked)")
         for col in CONSOLE_COLUMNS:
             table.add_column(col.replace("_", " "), overflow="fold")
-        for row in rows:
-            table.add_row(*("" if row[c] is None else str(row[c]) for c in CONSOLE_COLUMNS))
+        for row in rows:  # names and values are data, not rich markup
+            table.add_row(*("" if row[c] is None else escape(str(row[c])) for c in CONSOLE_COLUMNS))
         console.print(table)
-    failures = read_table(out, FAILURES, ["source_path", "page", "stage", "reason", "detail"], run_id=run_id)
-    if failures is not None and failures.num_rows:
-        table = Table(title=f"failure queue ({failures.num_rows} rows)")
-        for col in failures.column_names:
+    queue = [r for r in current_failures(out).to_pylist() if run_id is None or r["run_id"] == run_id]
+    if queue:
+        columns = ("source_path", "page", "stage", "reason", "attempts", "detail")
+        table = Table(title=f"failure queue ({len(queue)} documents; attempts = failed runs)")
+        for col in columns:
             table.add_column(col)
-        for row in failures.to_pylist()[:limit]:
-            table.add_row(*("" if v is None else str(v)[:80] for v in row.values()))
+        for row in queue[:limit]:
+            table.add_row(*("" if row[c] is None else escape(redact(str(row[c]))[:80]) for c in columns))
         console.print(table)
 
 
@@ -186,6 +177,7 @@ def show(out: Annotated[Path, typer.Argument(help="output folder of a previous r
         raise config_error(f"no idflow run found in {out}")
     print_summary(summary)
     show_rows(out)
+    print_corrections(out)
 
 
 @app.command("eval")
@@ -221,10 +213,13 @@ def eval_(
     for row in data["auto_accept"]:
         table.add_row(f"{row['threshold']:.2f}", str(row["accepted"]), f"{row['precision']:.1%}")
     console.print(table)
+    point = data["operating_point"]
+    console.print(f"precision >= 99.5% from threshold {point['threshold']:.4f}: {point['coverage']:.1%} of documents "
+                  f"auto-accepted at {point['precision']:.1%}" if point else "precision never reaches 99.5%")
     for miss in data["misses"][:30]:
         if "id_number" in miss:  # the console is a log: numbers masked here, full values in report.json
             miss = {**miss, "id_number": {k: mask_id(v) for k, v in miss["id_number"].items()}}
-        console.print(f"  miss: {miss}")
+        console.print(f"  miss: {redact(str(miss))}")
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "report.json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -238,6 +233,7 @@ def doctor(
     """Three-step check of the model endpoint (text ping, image arrives, sample returns valid JSON)."""
     from pipeline.datamodel import DocumentRef, Failure
     from pipeline.doctor import doctor as run_doctor
+    from pipeline.doctor import doctor_pool
     from pipeline.ingest import sha256_file
     from pipeline.prepare import prepare_page
 
@@ -246,22 +242,28 @@ def doctor(
     except ValidationError as exc:
         raise config_error(settings_problems(exc)) from None
     if settings.backend == "ocr":
-        raise config_error("the embedded ocr backend has no endpoint to check; use --backend openai")
+        raise config_error("the embedded ocr backend has no endpoint to check; use --backend openai or vllm")
     prepared = None
     if sample is not None:
         ref = DocumentRef(path=sample, rel_path=sample.name, sha256=sha256_file(sample))
         prepared = prepare_page(ref, settings.prepare)
         if isinstance(prepared, Failure):
             raise config_error(f"sample {sample} cannot be prepared: {prepared.reason} ({prepared.detail})")
-    report = run_doctor(settings.openai, prepare=settings.prepare, sample=prepared)
-    for line in report.lines():
-        console.print(line)
-    raise typer.Exit(report.exit_code)
+    if (settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend) == "vllm":  # the whole pool
+        if settings.vllm.api_key is None:
+            raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
+        try:
+            reports = doctor_pool(settings.vllm, prepare=settings.prepare, sample=prepared)
+        except (ValueError, KeyError, OSError) as exc:
+            raise config_error(f"vLLM pool: {exc}") from None
+    else:
+        reports = [run_doctor(settings.openai, prepare=settings.prepare, sample=prepared)]
+    for line in (line for report in reports for line in report.lines()):
+        console.print(redact(line), markup=False)
+    raise typer.Exit(max(report.exit_code for report in reports))
 
-
-from pipeline.cli_ops import register as register_ops  # noqa: E402  (serve, watch; imports cli lazily)
 
 register_ops(app)
-from pipeline.cli_vllm import register as register_vllm  # noqa: E402  (vllm up/status/down, batch export/import)
-
 register_vllm(app)
+register_retry(app)
+register_review(app)

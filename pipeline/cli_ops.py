@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from pipeline.cli_common import config_error, console, load_settings
 from pipeline.inbox import DEFAULT_MARKER, Completion
 
 InboxOption = Annotated[Optional[Path], typer.Option("--inbox", envvar="IDFLOW_INBOX",
@@ -22,8 +23,6 @@ InboxOption = Annotated[Optional[Path], typer.Option("--inbox", envvar="IDFLOW_I
 def _require_server() -> str:
     from prefect.settings import PREFECT_API_URL
 
-    from pipeline.cli import config_error
-
     url = PREFECT_API_URL.value()
     if not url:
         raise config_error("PREFECT_API_URL is not set: start `prefect server start` and "
@@ -32,8 +31,6 @@ def _require_server() -> str:
 
 
 def _existing_dir(path: Optional[Path], what: str) -> Path:
-    from pipeline.cli import config_error
-
     if path is None:
         raise config_error(f"no {what} given (option or IDFLOW_INBOX)")
     if not path.is_dir():
@@ -55,7 +52,6 @@ def serve(
 
     from flows.deployments import build_deployments
     from flows.limits import ensure_request_limit, request_limit_name
-    from pipeline.cli import config_error, console, load_settings
 
     settings = load_settings(backend=backend)
     root = _existing_dir(inbox, "inbox")

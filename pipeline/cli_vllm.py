@@ -9,16 +9,20 @@ from __future__ import annotations
 import asyncio
 import shutil
 import uuid
-from pathlib import Path
 from collections.abc import AsyncIterator
-from typing import Annotated, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from pydantic import ValidationError
 
+from pipeline.cli_common import config_error
 from pipeline.config import Settings
-from pipeline.datamodel import Failure, PreparedImage, Skipped
+from pipeline.datamodel import Failure, PreparedImage, Record, Skipped
 from pipeline.vllm.settings import VllmSettings
+
+if TYPE_CHECKING:
+    from pipeline.batch_files import BatchManifest
 
 vllm_app = typer.Typer(no_args_is_help=True, help="Local vLLM servers, one per GPU, for `--backend vllm`.")
 batch_app = typer.Typer(no_args_is_help=True, help="OpenAI Batch JSONL files for `vllm run-batch` or a batch API.")
@@ -28,21 +32,13 @@ def _say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def config_error(message: str) -> typer.Exit:
-    """`pipeline.cli.config_error` (exit 2) for plain text: our messages hold `[vllm]`, JSON and command lines,
-    which rich would read as markup."""
-    from rich.markup import escape
-
-    from pipeline.cli import config_error as cli_config_error
-
-    return cli_config_error(escape(message))
-
-
 def _settings() -> tuple[Settings, VllmSettings]:
     try:
         return Settings(), VllmSettings()
-    except ValidationError as exc:
-        raise config_error(str(exc)) from None
+    except ValidationError as exc:  # str(exc) would echo the values, the key among them
+        from pipeline.cli import settings_problems
+
+        raise config_error(settings_problems(exc)) from None
 
 
 # -- vllm -------------------------------------------------------------------------------------------------
@@ -175,7 +171,7 @@ async def _prepared_pages(input_dir: Path, settings: Settings) -> AsyncIterator[
     from pipeline.ingest import Discovery
 
     async with Engine(settings, make_backend(settings, "ocr")) as engine:
-        async for item in engine.prepared(Discovery(input_dir).items()):
+        async for item in engine.prepared(Discovery(input_dir, settings=settings.prepare).items()):
             if not isinstance(item, Skipped):
                 yield item
 
@@ -186,12 +182,13 @@ def import_(
     out: Annotated[Path, typer.Option("--out", "-o", help="output folder for Parquet results")],
     manifest: Annotated[Optional[Path], typer.Option(help="the export's manifest [default: the only "
                                                           "*.manifest.jsonl beside FILE]")] = None,
+    wait: Annotated[bool, typer.Option(help="wait for a run writing OUT instead of refusing (exit 2)")] = False,
 ) -> None:
     """Parse and validate every answer; write results and the failure queue as a run would."""
     from pipeline.batch_files import find_manifest, import_responses, read_manifest
-    from pipeline.datamodel import Extraction, Record
+    from pipeline.datamodel import Extraction
     from pipeline.engine import finish
-    from pipeline.store import RunWriter
+    from pipeline.output_lock import OutputBusy
 
     settings, _ = _settings()
     if not file.is_file():
@@ -205,16 +202,43 @@ def import_(
         raise config_error(f"{manifest}: {exc}") from None
     report = import_responses(file, recorded)
     run_id = str(uuid.uuid4())
-    writer = RunWriter(out, run_id, recorded.fingerprint, flush_every=settings.flush_every)
     outcomes = [finish(o, recorded.pages[o.ref.key]) if isinstance(o, Extraction) else o
                 for o in report.outcomes]
-    for outcome in [*outcomes, *recorded.failures]:
-        writer.add(outcome)
-    writer.flush()
-    results = sum(isinstance(o, Record) for o in outcomes)
+    try:
+        demoted = asyncio.run(_store_import(out, run_id, recorded, [*outcomes, *recorded.failures],
+                                            flush_every=settings.flush_every, wait=wait))
+    except OutputBusy as exc:
+        raise config_error(str(exc)) from None
+    results = sum(isinstance(o, Record) for o in outcomes) - demoted
     typer.echo(f"run {run_id}: {results} results, {len(outcomes) + len(recorded.failures) - results} failures "
                f"-> {out}" + (f"; {report.unattributed_lines} output lines matched no exported page"
                              if report.unattributed_lines else ""))
+
+
+async def _store_import(out: Path, run_id: str, recorded: BatchManifest, outcomes: list[Record | Failure], *,
+                        flush_every: int, wait: bool) -> int:
+    """Write the imported outcomes under OUT's lock, with a run summary naming the exported folder so the retry
+    can find failed documents again. Returns how many results were stored as failures instead."""
+    from pipeline.output_lock import hold_output
+    from pipeline.store import RunWriter, write_run_summary
+
+    writer = RunWriter(out, run_id, recorded.fingerprint, flush_every=flush_every)
+    async with hold_output(out, run_id=run_id, wait=wait, on_wait=_say):
+        for outcome in outcomes:
+            writer.add(outcome)
+        writer.flush()
+        write_run_summary(out, {"run_id": run_id, "backend": "batch", "fingerprint": recorded.fingerprint,
+                                "source_dir": _export_root(recorded), "out_dir": str(out)})
+    return len(writer.demoted)
+
+
+def _export_root(recorded: BatchManifest) -> str | None:
+    """The folder the export read (a page's path minus its relative path), for locating failed files later."""
+    for page in recorded.pages.values():
+        path, rel = str(page.ref.path), page.ref.rel_path
+        if path.endswith(rel):
+            return path[: len(path) - len(rel)].rstrip("/") or "/"
+    return None
 
 
 def register(app: typer.Typer) -> None:

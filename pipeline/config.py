@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
+from importlib.resources import files
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -16,8 +16,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.vllm.settings import VllmSettings
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = PROJECT_ROOT / "schemas" / "id_document.schema.json"
+# Read through importlib.resources so an installed wheel finds it wherever it runs from (`schemas/` at the
+# repository root is a symlink to this folder, kept for the README's references).
+SCHEMA_PATH = files("pipeline").joinpath("schemas", "id_document.schema.json")
 
 Backend = Literal["ocr", "openai", "vllm", "hybrid"]
 
@@ -31,6 +32,9 @@ class PrepareSettings(BaseSettings):
     max_pixels: int = Field(1_048_576, ge=4096)
     patch: int = Field(32, ge=1, description="pixels per visual token side (32 for Qwen3.5, 28 for Qwen2.5-VL)")
     max_input_pixels: int = Field(120_000_000, ge=1, description="decompression-bomb cap on the decoded page")
+    # Excluded from the fingerprint: it decides whether a file is read at all, not what its result is.
+    max_input_bytes: int = Field(512 * 1024 * 1024, ge=1, exclude=True,
+                                 description="larger files are too_large (a document is read into memory once)")
     min_input_side: int = Field(48, ge=1, description="pages smaller than this on either side are too_small")
     pdf_dpi: int = Field(200, ge=50, le=600)
     jpeg_quality: int = Field(90, ge=50, le=100)

@@ -4,14 +4,25 @@ Why sniff magic bytes: scans arrive renamed by people and scanners (a PNG called
 `.jpg`); the extension is a hint, the first bytes are the truth. Why check the declared size before decoding: a
 few hundred bytes of PNG can declare a 100k x 100k image, and decoding it would take the whole machine down.
 
+Why every function takes the file's bytes (a `Path` is read first with `read_document`): a document is read
+once, and its SHA-256, page count and pixels all come from those same bytes, so a file overwritten during a
+run can never give a row whose hash and content disagree. `read_document` only ever opens regular files
+(a FIFO would block the run forever, a device could be endless), and caps the size it reads.
+
 Every problem raises one exception type, `ContainerError`, carrying a stable `Reason` so the caller turns it
 into a `Failure` without string matching. Container-level problems (the file cannot be identified or opened)
-are `empty_file` / `unsupported_type` / `unreadable` / `too_many_pixels`; a header that parses but whose pixel
-data does not (truncated or corrupt stream) is `decode_error`.
+are `empty_file` / `unsupported_type` / `unreadable` / `too_many_pixels` / `not_a_regular_file` /
+`too_large` / `path_too_long` / `broken_symlink` / `changed_during_run`; a header that parses but whose pixel
+data does not (truncated or corrupt stream) is `decode_error`. Details never contain the path (names can be
+personal data, or not even valid UTF-8).
 """
 
 from __future__ import annotations
 
+import errno
+import io
+import os
+import stat
 import threading
 import warnings
 from enum import StrEnum
@@ -50,13 +61,74 @@ class Kind(StrEnum):
     PDF = "PDF"
 
 
-def sniff(path: Path) -> Kind:
-    """The real container type from the file's first bytes; raises for empty or unknown files."""
+# A file that is a document, or a `Path` to read it from.
+Source = Path | bytes
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def read_document(path: Path, max_bytes: int, *, follow_symlinks: bool = True) -> bytes:
+    """The whole file, read once; raises `ContainerError` for anything that is not a regular file of at
+    most `max_bytes`.
+
+    The type is checked with stat before opening, so a FIFO, socket or device is never opened (opening a FIFO
+    blocks until a writer appears). The open itself is non-blocking (and, when `follow_symlinks` is false,
+    refuses a symlink), and the opened descriptor is checked again, so a file swapped for something else
+    between the two steps is caught rather than read.
+    """
     try:
-        with path.open("rb") as f:
-            head = f.read(_SNIFF_BYTES)
+        _check_regular(os.stat(path, follow_symlinks=follow_symlinks), max_bytes)
+        fd = os.open(path, _OPEN_FLAGS | (0 if follow_symlinks else os.O_NOFOLLOW))
+        with os.fdopen(fd, "rb") as fh:
+            size = _check_regular(os.fstat(fh.fileno()), max_bytes)
+            os.set_blocking(fd, True)  # non-blocking was for the open; a regular file reads normally
+            data = fh.read(size + 1)  # sized by fstat: read(max_bytes) would allocate max_bytes every time
+            if len(data) > size:  # growing while we read: take the rest, up to the cap
+                data += fh.read(max_bytes + 1 - len(data))
     except OSError as e:
-        raise ContainerError(Reason.UNREADABLE, f"cannot read file: {e}") from e
+        raise os_failure(e) from e
+    if len(data) > max_bytes:  # grew after the size check
+        raise ContainerError(Reason.TOO_LARGE, f"file is over max_input_bytes {max_bytes}")
+    return data
+
+
+def file_type(mode: int) -> str:
+    """What a non-regular file is, in words, for failure details."""
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISLNK, "symlink")):
+        if test(mode):
+            return name
+    return "regular file" if stat.S_ISREG(mode) else "special file"
+
+
+def _check_regular(st: os.stat_result, max_bytes: int) -> int:
+    """The file's size, if it is a regular file no larger than `max_bytes`."""
+    if not stat.S_ISREG(st.st_mode):
+        raise ContainerError(Reason.NOT_A_REGULAR_FILE, f"a {file_type(st.st_mode)}, not a regular file; not read")
+    if st.st_size > max_bytes:
+        raise ContainerError(Reason.TOO_LARGE, f"{st.st_size} bytes > max_input_bytes {max_bytes}")
+    return st.st_size
+
+
+def os_failure(e: OSError) -> ContainerError:
+    """The stable reason for an OS error on a file that was listed (or discovered) a moment ago."""
+    if e.errno == errno.ENAMETOOLONG:
+        return ContainerError(Reason.PATH_TOO_LONG, "path is longer than the system can open")
+    if e.errno == errno.ELOOP:
+        return ContainerError(Reason.BROKEN_SYMLINK, "symlink loop; not followed")
+    if e.errno == errno.ENOENT:
+        return ContainerError(Reason.CHANGED_DURING_RUN, "file vanished after it was listed")
+    return ContainerError(Reason.UNREADABLE, f"cannot read file: {e.strerror}")
+
+
+def _data(source: Source, settings: PrepareSettings) -> bytes:
+    return source if isinstance(source, bytes) else read_document(source, settings.max_input_bytes)
+
+
+def sniff(source: Source, settings: PrepareSettings | None = None) -> Kind:
+    """The real container type from the file's first bytes; raises for empty or unknown files."""
+    head = _data(source, settings or PrepareSettings())[:_SNIFF_BYTES]
     if not head:
         raise ContainerError(Reason.EMPTY_FILE, "file is 0 bytes")
     kind = _kind_from_magic(head)
@@ -81,59 +153,62 @@ def _kind_from_magic(head: bytes) -> Kind | None:
     return None
 
 
-def page_count(path: Path, settings: PrepareSettings | None = None) -> int:
+def page_count(source: Source, settings: PrepareSettings | None = None) -> int:
     """Pages in the file: every frame of a multi-page TIFF, every PDF page, 1 for other images.
 
     Opening the header here (not only sniffing) lets ingest reject unreadable files and bombs up front.
     """
     settings = settings or PrepareSettings()
-    kind = sniff(path)
+    data = _data(source, settings)
+    kind = sniff(data)
     if kind is Kind.PDF:
-        return _pdf_page_count(path)
-    with _open_image(path, kind, settings) as im:
+        return _pdf_page_count(data)
+    with _open_image(data, kind, settings) as im:
         # Only TIFF frames are pages; the frames of an animated PNG/WebP are not separate documents.
-        return getattr(im, "n_frames", 1) if kind is Kind.TIFF else 1
+        return _tiff_frames(im) if kind is Kind.TIFF else 1
 
 
-def open_page(path: Path, page: int, settings: PrepareSettings) -> Image.Image:
+def open_page(source: Source, page: int, settings: PrepareSettings) -> Image.Image:
     """Page `page` (0-based) decoded into memory, as a viewer shows it (EXIF orientation applied).
 
     PDF pages are rendered at `settings.pdf_dpi`. Pixel mode is left as stored (CMYK, I;16, P, ...).
     """
-    kind = sniff(path)
+    data = _data(source, settings)
+    kind = sniff(data)
     if kind is Kind.PDF:
-        return _render_pdf_page(path, page, settings)
-    with _open_image(path, kind, settings) as im:
+        return _render_pdf_page(data, page, settings)
+    with _open_image(data, kind, settings) as im:
         _seek(im, page)
         _check_pixels(im.size, settings)
         return _decode(im)
 
 
-def page_size(path: Path, page: int, settings: PrepareSettings) -> tuple[int, int]:
+def page_size(source: Source, page: int, settings: PrepareSettings) -> tuple[int, int]:
     """(width, height) of a page as stored, from the header alone: what `--dry-run` needs to predict tokens
     without decoding a whole folder. Rotation does not change the token count, so EXIF is ignored here."""
-    kind = sniff(path)
+    data = _data(source, settings)
+    kind = sniff(data)
     if kind is Kind.PDF:
         scale = settings.pdf_dpi / _PDF_POINTS_PER_INCH
         with _PDFIUM_LOCK:
-            doc = _open_pdf(path)
+            doc = _open_pdf(data)
             try:
                 w_pt, h_pt = doc[page].get_size()
             finally:
                 doc.close()
         return round(w_pt * scale), round(h_pt * scale)
-    with _open_image(path, kind, settings) as im:
+    with _open_image(data, kind, settings) as im:
         _seek(im, page)
         return im.size
 
 
-def _open_image(path: Path, kind: Kind, settings: PrepareSettings) -> Image.Image:
+def _open_image(data: bytes, kind: Kind, settings: PrepareSettings) -> Image.Image:
     """Parse the header only (Pillow is lazy) restricted to the sniffed format, and check the declared size."""
     try:
         with warnings.catch_warnings():
             # Our own cap below decides; Pillow's warning band (89M-179M px) would just be noise.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            im = Image.open(path, formats=[kind.value])
+            im = Image.open(io.BytesIO(data), formats=[kind.value])
     except Image.DecompressionBombError as e:
         raise ContainerError(Reason.TOO_MANY_PIXELS, str(e)) from e
     except Exception as e:  # noqa: BLE001 - any parser failure on a header means the same thing
@@ -144,6 +219,16 @@ def _open_image(path: Path, kind: Kind, settings: PrepareSettings) -> Image.Imag
         im.close()
         raise
     return im
+
+
+def _tiff_frames(im: Image.Image) -> int:
+    """Frame count of a TIFF; Pillow walks the whole IFD chain for it, and a damaged chain raises anything."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Corrupt EXIF data" and friends: the exception below decides
+            return int(im.n_frames)
+    except Exception as e:  # noqa: BLE001 - TypeError, struct.error, OSError... all mean a broken IFD chain
+        raise ContainerError(Reason.UNREADABLE, f"cannot count TIFF pages: {type(e).__name__}: {e}") from e
 
 
 def _seek(im: Image.Image, page: int) -> None:
@@ -184,16 +269,16 @@ def _upright_copy(im: Image.Image) -> Image.Image:
         return im.copy()
 
 
-def _open_pdf(path: Path) -> pdfium.PdfDocument:
+def _open_pdf(data: bytes) -> pdfium.PdfDocument:
     try:
-        return pdfium.PdfDocument(path)
+        return pdfium.PdfDocument(data)
     except pdfium.PdfiumError as e:
         raise ContainerError(Reason.UNREADABLE, f"cannot open PDF: {e}") from e
 
 
-def _pdf_page_count(path: Path) -> int:
+def _pdf_page_count(data: bytes) -> int:
     with _PDFIUM_LOCK:
-        doc = _open_pdf(path)
+        doc = _open_pdf(data)
         try:
             n = len(doc)
         finally:
@@ -203,10 +288,10 @@ def _pdf_page_count(path: Path) -> int:
     return n
 
 
-def _render_pdf_page(path: Path, page: int, settings: PrepareSettings) -> Image.Image:
+def _render_pdf_page(data: bytes, page: int, settings: PrepareSettings) -> Image.Image:
     scale = settings.pdf_dpi / _PDF_POINTS_PER_INCH
     with _PDFIUM_LOCK:
-        doc = _open_pdf(path)
+        doc = _open_pdf(data)
         try:
             if not 0 <= page < len(doc):
                 raise ContainerError(Reason.UNREADABLE, f"page {page} not in PDF of {len(doc)} pages")

@@ -25,6 +25,11 @@ class Reason(StrEnum):
     UNREADABLE = "unreadable"
     TOO_MANY_PIXELS = "too_many_pixels"
     SYMLINK_OUTSIDE_ROOT = "symlink_outside_root"
+    NOT_A_REGULAR_FILE = "not_a_regular_file"  # FIFO, socket, device: never opened
+    BROKEN_SYMLINK = "broken_symlink"  # symlink loop, or a target that does not exist
+    PATH_TOO_LONG = "path_too_long"  # ENAMETOOLONG: the path cannot even be opened
+    TOO_LARGE = "too_large"  # over max_input_bytes (a document is read into memory once)
+    CHANGED_DURING_RUN = "changed_during_run"  # bytes differ from the ones hashed at discovery, or vanished
     # preprocess
     DECODE_ERROR = "decode_error"
     TOO_SMALL = "too_small"
@@ -49,7 +54,8 @@ class Reason(StrEnum):
 
 
 RETRYABLE_REASONS: frozenset[Reason] = frozenset(
-    {Reason.TIMEOUT, Reason.RATE_LIMITED, Reason.SERVER_ERROR, Reason.ENDPOINT_UNAVAILABLE}
+    {Reason.TIMEOUT, Reason.RATE_LIMITED, Reason.SERVER_ERROR, Reason.ENDPOINT_UNAVAILABLE,
+     Reason.CHANGED_DURING_RUN}
 )
 
 
@@ -61,6 +67,7 @@ class SkipReason(StrEnum):
     ALREADY_DONE = "already_done"
     DUPLICATE_CONTENT = "duplicate_content"
     MARKER = "marker"  # upload-complete markers such as _READY
+    DIRECTORY_SYMLINK = "directory_symlink"  # not followed (no loops); its target inside the root is walked anyway
 
 
 @dataclass(frozen=True, slots=True)

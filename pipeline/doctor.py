@@ -30,11 +30,25 @@ from pipeline.backends.openai_compat import (OpenAICompatBackend, encode_jpeg, j
                                              user_message)
 from pipeline.config import OpenAISettings, PrepareSettings
 from pipeline.datamodel import DocumentRef, Extraction, PreparedImage, Reason
+from pipeline.vllm.settings import VllmSettings
 
 PROBE_TEXT = "Reply with the single word OK."
 PROBE_SIZE = (320, 192)  # small, multiples of 32: 60 visual tokens on Qwen3.5
 MIN_IMAGE_TOKENS = 16  # any vision encoder charges at least this much for the probe image
 KEY_VARS = ("TAOTOKEN_API_KEY", "IDFLOW_OPENAI_API_KEY")  # the aliases of OpenAISettings.api_key, in order
+
+
+@dataclass(frozen=True, slots=True)
+class SettingNames:
+    """The settings a fix tells the user to change: the API's (default) or the vLLM pool's."""
+
+    key_vars: tuple[str, ...] = KEY_VARS
+    base_url: str = "TAOTOKEN_BASE_URL"
+    model: str = "TAOTOKEN_MODEL"
+
+
+OPENAI_NAMES = SettingNames()
+VLLM_NAMES = SettingNames(("IDFLOW_VLLM_API_KEY",), "the IDFLOW_VLLM_ENDPOINTS entry", "IDFLOW_VLLM_MODEL")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +93,11 @@ class KeySource:
     shadows_dotenv: bool  # the environment overrides a different value in .env
 
 
-def key_source(environ: Mapping[str, str], env_file: Path) -> KeySource:
+def key_source(environ: Mapping[str, str], env_file: Path, key_vars: tuple[str, ...] = KEY_VARS) -> KeySource:
     """Same precedence as pydantic-settings: environment first, then `.env`; first alias wins."""
     dotenv = {k: v for k, v in dotenv_values(env_file).items() if v is not None} if env_file.is_file() else {}
     for where, values in (("environment", environ), (".env", dotenv)):
-        for var in KEY_VARS:
+        for var in key_vars:
             raw = values.get(var)
             if raw is not None:
                 other = dotenv.get(var)
@@ -92,9 +106,9 @@ def key_source(environ: Mapping[str, str], env_file: Path) -> KeySource:
     return KeySource(None, None, False, False)
 
 
-def _key_fix(source: KeySource) -> str:
+def _key_fix(source: KeySource, names: SettingNames = OPENAI_NAMES) -> str:
     if source.where is None:
-        return f"create a key in the provider console and add {KEY_VARS[0]}=<key> to .env"
+        return f"create a key in the provider console and add {names.key_vars[0]}=<key> to .env"
     if source.shadows_dotenv:
         return (f"{source.var} in the environment overrides a different value in .env: unset it (or restart the "
                 "shell/kernel that exported it) so .env applies")
@@ -103,8 +117,10 @@ def _key_fix(source: KeySource) -> str:
 
 
 class _Doctor:
-    def __init__(self, settings: OpenAISettings, prepare: PrepareSettings, source: KeySource) -> None:
+    def __init__(self, settings: OpenAISettings, prepare: PrepareSettings, source: KeySource,
+                 names: SettingNames) -> None:
         self.settings = settings
+        self.names = names
         self.prepare = prepare
         self.source = source
         self.endpoint = public_url(settings.base_url)
@@ -170,12 +186,12 @@ class _Doctor:
     async def _fix(self, exc: openai.OpenAIError, fix: str, sent_image: bool) -> str:
         status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
         if status in (401, 403):
-            return _key_fix(self.source)
+            return _key_fix(self.source, self.names)
         if isinstance(exc, openai.APIStatusError) and is_model_missing(exc.status_code, server_message(exc)):
             return await self._model_fix()
         if status == 404:
             working = await self._working_base_url()
-            return f"set TAOTOKEN_BASE_URL={working}" if working else path_fix(self.endpoint)
+            return f"set {self.names.base_url}={working}" if working else path_fix(self.endpoint)
         if isinstance(exc, openai.APITimeoutError) and is_local(self.endpoint):
             return (f"something accepts connections on {host_port(self.endpoint)} but does not answer: a stuck "
                     f"vLLM may hold the port (check `ss -lntp 'sport = :{urlsplit(self.endpoint).port}'`)")
@@ -186,8 +202,8 @@ class _Doctor:
     async def _model_fix(self) -> str:
         offered = await self._models(self.client)
         if offered is None:
-            return "set TAOTOKEN_MODEL to the model id shown in the provider console"
-        fix = f"set TAOTOKEN_MODEL to one of: {', '.join(offered) or '(none offered)'}"
+            return f"set {self.names.model} to the model id shown in the provider console"
+        fix = f"set {self.names.model} to one of: {', '.join(offered) or '(none offered)'}"
         if is_local(self.endpoint):
             port = urlsplit(self.endpoint).port
             fix += (f"; if you expected another model, an old server may still hold port {port} "
@@ -241,17 +257,17 @@ def synthetic_sample() -> PreparedImage:
 
 async def run_doctor(settings: OpenAISettings, *, sample: PreparedImage | None = None,
                      prepare: PrepareSettings | None = None, env_file: Path | str = ".env",
-                     environ: Mapping[str, str] | None = None) -> DoctorReport:
+                     environ: Mapping[str, str] | None = None, names: SettingNames = OPENAI_NAMES) -> DoctorReport:
     """Run the three steps in order; a failed step skips the rest (they would fail for the same cause)."""
-    source = key_source(os.environ if environ is None else environ, Path(env_file))
+    source = key_source(os.environ if environ is None else environ, Path(env_file), names.key_vars)
     report = DoctorReport(public_url(settings.base_url), settings.model, [])
     if settings.api_key is None or not settings.model:
-        missing = (f"no API key: {KEY_VARS[0]} is set neither in the environment nor in .env"
-                   if settings.api_key is None else "TAOTOKEN_MODEL is not set")
-        fix = _key_fix(source) if settings.api_key is None else "set TAOTOKEN_MODEL to the model id in the console"
+        missing = (f"no API key: {names.key_vars[0]} is set neither in the environment nor in .env"
+                   if settings.api_key is None else f"{names.model} is not set")
+        fix = _key_fix(source, names) if settings.api_key is None else f"set {names.model} to the model id in the console"
         report.steps.append(Step("text ping", False, missing, fix))
         return report
-    doctor = _Doctor(settings, prepare or PrepareSettings(), source)
+    doctor = _Doctor(settings, prepare or PrepareSettings(), source, names)
     try:
         step, text_tokens = await doctor.text_ping()
         report.steps.append(step)
@@ -267,3 +283,13 @@ async def run_doctor(settings: OpenAISettings, *, sample: PreparedImage | None =
 def doctor(settings: OpenAISettings, **kwargs: object) -> DoctorReport:
     """Synchronous entry point for the CLI: `report = doctor(settings); print(*report.lines(), sep="\\n")`."""
     return asyncio.run(run_doctor(settings, **kwargs))  # type: ignore[arg-type]
+
+
+def doctor_pool(vllm: VllmSettings, **kwargs: object) -> list[DoctorReport]:
+    """The three steps against every endpoint of the vLLM pool (`idflow doctor --backend vllm`), with the pool's
+    key, model and timeouts, and fixes naming the IDFLOW_VLLM_* settings. Raises ValueError when the pool has
+    no endpoints (the message says where they were looked for)."""
+    pool = vllm.resolve_pool()
+    return [doctor(OpenAISettings(base_url=endpoint, api_key=vllm.api_key, model=pool.model,
+                                  max_attempts=vllm.attempts_per_endpoint), names=VLLM_NAMES, **kwargs)
+            for endpoint in pool.endpoints]

@@ -131,27 +131,34 @@ class Engine:
                 while (page := await ready.get()) is not _DONE:
                     await done.put(await self._extract(page))
 
-        workers = [asyncio.create_task(feed(), name="idflow-feed")]
+        loop = asyncio.get_running_loop()
+        crashed: asyncio.Future[None] = loop.create_future()  # a stage itself failed (not a document)
+
+        def watch(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None and not crashed.done():
+                crashed.set_exception(task.exception())  # type: ignore[arg-type]
+
+        feeder = asyncio.create_task(feed(), name="idflow-feed")
         preparers = [asyncio.create_task(prepare()) for _ in range(self.prepare_workers)]
         pullers = [asyncio.create_task(extract_pages()) for _ in range(extractors)]
 
         async def close_stages() -> None:
-            await asyncio.gather(*workers, *preparers)
+            await asyncio.gather(feeder, *preparers)
             for _ in pullers:
                 await ready.put(_DONE)
             await asyncio.gather(*pullers)
             await done.put(_DONE)
 
-        closer = asyncio.create_task(close_stages())
-        everything = [*workers, *preparers, *pullers, closer]
+        everything = [feeder, *preparers, *pullers, asyncio.create_task(close_stages())]
+        for task in everything:
+            task.add_done_callback(watch)
         try:
             while True:
-                getter = asyncio.create_task(done.get())
-                finished, _ = await asyncio.wait({getter, closer}, return_when=asyncio.FIRST_COMPLETED)
-                if getter not in finished:
+                getter = asyncio.ensure_future(done.get())
+                await asyncio.wait({getter, crashed}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
                     getter.cancel()
-                    closer.result()  # a stage crashed (not a document: the feed itself); raise it here
-                    continue
+                    crashed.result()  # e.g. the walk raised, or the run is being terminated: stop the run
                 outcome = getter.result()
                 if outcome is _DONE:
                     break
@@ -160,6 +167,8 @@ class Engine:
             for task in everything:
                 task.cancel()
             await asyncio.gather(*everything, return_exceptions=True)
+            if crashed.done() and not crashed.cancelled():
+                crashed.exception()  # retrieved: raised above, or moot once the consumer stopped
 
     async def _prepare(self, ref: DocumentRef, keep_full: bool) -> PreparedImage | Failure:
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import progress
+from pipeline.calibration import evidence_class
 from pipeline.config import Settings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
 from pipeline.ingest import sha256_file
@@ -23,6 +24,7 @@ from pipeline.backends.factory import make_backend
 from pipeline.engine import Engine
 
 THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
+TARGET_PRECISION = 0.995  # the precision an auto-accept threshold must reach
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class ItemResult:
     invented: list[str]
     confidence: float
     failure: str | None
+    evidence: dict[str, tuple[str, float]] = field(default_factory=dict)  # present field -> (class, confidence)
+    states: dict[str, str] = field(default_factory=dict)  # field -> present | absent | unreadable
 
 
 def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
@@ -76,11 +80,16 @@ def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
         states = outcome.extraction.field_states
         confidence = min((states[k].confidence for k in FIELD_NAMES if k in states), default=1.0)
         failure = None
+        ex = outcome.extraction
+        evidence = {k: (evidence_class(k, fields.get("doc_type"), ex.checks, ex.check_failures), states[k].confidence)
+                    for k in FIELD_NAMES if k in states and states[k].state == "present"}
+        state_names = {k: states[k].state for k in FIELD_NAMES if k in states}
     else:
         predicted, confidence, failure = dict.fromkeys(FIELD_NAMES), 0.0, f"{outcome.stage}/{outcome.reason}"
+        evidence, state_names = {}, {}
     correct = {k: normalise(k, predicted[k]) == normalise(k, item.truth[k]) for k in FIELD_NAMES}
     invented = [k for k in FIELD_NAMES if item.truth[k] is None and predicted[k] is not None]
-    return ItemResult(item, predicted, correct, invented, confidence, failure)
+    return ItemResult(item, predicted, correct, invented, confidence, failure, evidence, state_names)
 
 
 @dataclass
@@ -123,6 +132,28 @@ class EvalReport:
             rows.append((t, len(accepted), ok / len(accepted) if accepted else 1.0))
         return rows
 
+    def precision_coverage(self) -> list[tuple[float, float, float]]:
+        """The precision/coverage curve: for each distinct document confidence t (highest first), the share
+        of all documents auto-accepted at threshold t (coverage) and the share of those fully right."""
+        ranked = sorted((r for r in self.results if r.failure is None), key=lambda r: -r.confidence)
+        curve: list[tuple[float, float, float]] = []
+        ok = 0
+        for i, r in enumerate(ranked, start=1):
+            ok += all(r.correct.values())
+            if i == len(ranked) or ranked[i].confidence != r.confidence:
+                curve.append((r.confidence, i / len(self.results), ok / i))
+        return curve
+
+    def operating_point(self, target: float = TARGET_PRECISION) -> tuple[float, float, float] | None:
+        """The lowest threshold at which precision is >= `target` there and at every higher threshold, with
+        (threshold, coverage, precision); None when even the most confident documents miss the target."""
+        point = None
+        for t, coverage, precision in self.precision_coverage():
+            if precision < target:
+                break
+            point = (t, coverage, precision)
+        return point
+
     def misses(self) -> list[dict[str, Any]]:
         return [
             {"path": r.item.rel_path, "condition": r.item.condition, "failure": r.failure,
@@ -142,7 +173,16 @@ class EvalReport:
                               self.per_condition().items()},
             "auto_accept": [{"threshold": t, "accepted": n, "precision": round(p, 4)}
                             for t, n, p in self.auto_accept()],
+            "precision_coverage": [{"threshold": t, "coverage": round(c, 4), "precision": round(p, 4)}
+                                   for t, c, p in self.precision_coverage()],
+            "operating_point": dict(zip(("threshold", "coverage", "precision"), point))
+            if (point := self.operating_point()) else None,
             "misses": self.misses(),
+            # per document, for refitting/checking the calibration offline (tools/fit_calibration.py): no values
+            "documents_scored": [{"path": r.item.rel_path, "condition": r.item.condition, "failure": r.failure,
+                                  "confidence": r.confidence, "correct": r.correct,
+                                  "states": r.states, "evidence": {k: list(v) for k, v in r.evidence.items()}}
+                                 for r in self.results],
         }
 
 

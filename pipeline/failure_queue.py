@@ -1,19 +1,19 @@
-"""The failure queue as a work list: which failed documents to try again, and recording the ones resolved.
+"""The failure queue as current state: one row per failing document, however many runs it failed on.
 
-Nothing is ever deleted. A document (`sha256:page`) is *open* while it has failure rows and no resolution;
-it is *resolved* once a result exists for it, which is recorded in the `resolutions` dataset
-(`OUT/resolutions/run_date=.../part-*.parquet`: sha256, page, run_id, resolved_at, how). Attempts are the
-document's failure rows (the original run counts as attempt 1), so the count survives restarts and needs no
-extra state. Only documents whose latest failure is retryable (request errors, endpoint down; see
-`RETRYABLE_REASONS`) are retried; everything else waits for a person.
+The `failures` dataset is history: every failed attempt of every run is a row, and nothing is ever deleted. What
+a person (`idflow show`, the review UI) and the retry need is the current state: each document (`sha256:page`;
+an unhashed ingest failure by its path) once, with its latest attempt and the number of failed attempts, and
+only while it is still failing, i.e. no result was stored for it after its latest failure.
 
-No Prefect imports: the `retry-failures` flow passes a `slot` hook for the global concurrency limit.
+Resolutions (`OUT/resolutions/run_date=.../part-*.parquet`: sha256, page, run_id, resolved_at, how) record how an
+entry left the queue (`retried` by a retry run, or `result_exists`: a later run produced a result); they are a
+log for people, the current state itself is derived from results and failures.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,17 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
-from pipeline.backends.base import ExtractionBackend
-from pipeline.config import Settings
-from pipeline.containers import ContainerError, page_count
-from pipeline.datamodel import DocumentRef, Record
 from pipeline.ingest import sha256_file
-from pipeline.backends.factory import make_backend
-from pipeline.engine import Engine, RequestSlot
-from pipeline.tally import RunTally
-from pipeline.store import FAILURES, RESULTS, RUNS, RunWriter, read_table, write_part, write_run_summary
+from pipeline.store import (
+    FAILURE_SCHEMA,
+    FAILURES,
+    RESULTS,
+    RUNS,
+    path_bytes,
+    read_dataset,
+    read_table,
+    run_input_dir,
+    source_file_name,
+    write_part,
+)
+from pipeline.review.corrections import corrected_keys
 
 RESOLUTIONS = "resolutions"
 RESOLUTION_SCHEMA = pa.schema([
@@ -42,65 +46,106 @@ RESOLUTION_SCHEMA = pa.schema([
     pa.field("how", pa.string(), nullable=False),  # "retried" | "result_exists" (a later run succeeded)
 ])
 
+# The latest failure row of each open document; `attempts` counts its failed attempts (runs), the latest row's
+# own `attempts` (requests within that run) becomes `request_attempts`.
+CURRENT_FAILURE_SCHEMA = pa.schema([
+    *(FAILURE_SCHEMA.field(n) for n in FAILURE_SCHEMA.names if n not in ("attempts", "failed_at")),
+    pa.field("attempts", pa.int32(), nullable=False),
+    pa.field("request_attempts", pa.int16()),
+    pa.field("failed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("first_failed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("run_ids", pa.list_(pa.string()), nullable=False),  # the runs it failed in, oldest first
+])
+
+
+@dataclass(frozen=True)
+class _Document:
+    """One document's failure history (oldest first) and whether a later result closed it."""
+
+    rows: list[dict[str, Any]]
+    resolved_by: str | None  # run id of the result stored after the latest failure
+
+    @property
+    def latest(self) -> dict[str, Any]:
+        return self.rows[-1]
+
+
+def _failure_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    if row["sha256"] is not None:
+        return ("sha256", row["sha256"], row["page"])
+    return ("path", _stored_bytes(row), row["page"])
+
+
+def _stored_bytes(row: dict[str, Any]) -> bytes:
+    return row["source_path_bytes"] if row.get("source_path_bytes") is not None else path_bytes(row["source_path"])
+
+
+def _documents(out_dir: Path) -> list[_Document]:
+    """Every document with failure rows, with its history and whether a result came after its last failure.
+
+    A hashed failure is closed by a result for the same content and page (a failure without a page, such as a
+    container that could not be opened, by any page of that content); an unhashed one (unreadable file,
+    symlink refused) by a result for the same path."""
+    failures = read_table(out_dir, FAILURES)
+    if failures is None:
+        return []
+    results = read_table(out_dir, RESULTS, ["sha256", "page", "source_path", "source_path_bytes", "run_id",
+                                            "processed_at"])
+    latest_result: dict[tuple[Any, ...], tuple[datetime, str]] = {}
+    for r in [] if results is None else results.to_pylist():
+        for key in (("sha256", r["sha256"], r["page"]), ("sha256", r["sha256"], None), ("path", _stored_bytes(r))):
+            if key not in latest_result or latest_result[key][0] < r["processed_at"]:
+                latest_result[key] = (r["processed_at"], r["run_id"])
+    history: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for row in failures.to_pylist():
+        history[_failure_key(row)].append(row)
+    documents = []
+    for key, rows in history.items():
+        rows.sort(key=lambda r: r["failed_at"])
+        closer = latest_result.get(key if key[0] == "sha256" else key[:2])
+        resolved = closer is not None and closer[0] > rows[-1]["failed_at"]
+        documents.append(_Document(rows, closer[1] if resolved else None))
+    return documents
+
+
+def current_failures(out_dir: Path) -> pa.Table:
+    """The failure queue now: one row per document still failing, latest failure first (empty table when
+    there is none). For `idflow show`, the review UI and the retry."""
+    rows = []
+    for doc in _documents(out_dir):
+        if doc.resolved_by is not None:
+            continue
+        latest = {k: v for k, v in doc.latest.items() if k in CURRENT_FAILURE_SCHEMA.names}
+        rows.append({**latest, "attempts": len(doc.rows), "request_attempts": doc.latest["attempts"],
+                     "first_failed_at": doc.rows[0]["failed_at"], "run_ids": [r["run_id"] for r in doc.rows]})
+    rows.sort(key=lambda r: r["failed_at"], reverse=True)
+    return pa.Table.from_pylist(rows, schema=CURRENT_FAILURE_SCHEMA)
+
 
 @dataclass(frozen=True)
 class OpenEntry:
-    """One unresolved document of the failure queue, with where its file was found (None if nowhere)."""
+    """One document of the current failure queue, with its failure rows (oldest first) for finding its file."""
 
-    sha256: str
-    page: int
-    source_path: str
+    sha256: str | None
+    page: int | None
+    source_path: str  # as the file system names it (not necessarily UTF-8: surrogate escapes)
     attempts: int
     reason: str
     retryable: bool
     backend: str | None
-    path: Path | None
+    history: tuple[dict[str, Any], ...] = field(repr=False, compare=False)
 
     @property
     def key(self) -> str:
         return f"{self.sha256}:{self.page}"
 
 
-@dataclass
-class RetryReport:
-    """What a retry run did; every open retryable entry lands in exactly one of the lists' counts."""
-
-    run_id: str
-    max_attempts: int
-    resolved: int = 0
-    still_failing: Counter[str] = field(default_factory=Counter)  # reason -> documents
-    exhausted: int = 0  # retryable but out of attempts: needs a person now
-    missing: int = 0  # source file gone or changed since the failure
-    resolved_elsewhere: int = 0  # a later run already produced a result
-    other_backend: int = 0  # failed on another backend; retried by a run with that backend
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "max_attempts": self.max_attempts, "resolved": self.resolved,
-                "still_failing": dict(self.still_failing), "exhausted": self.exhausted, "missing": self.missing,
-                "resolved_elsewhere": self.resolved_elsewhere, "other_backend": self.other_backend}
-
-    def markdown(self) -> str:
-        lines = [f"# idflow retry `{self.run_id}`", "", f"max attempts per document: {self.max_attempts}", "",
-                 "| outcome | documents |", "|---|---:|",
-                 f"| resolved by this run | {self.resolved} |",
-                 f"| resolved earlier by another run | {self.resolved_elsewhere} |",
-                 f"| out of attempts | {self.exhausted} |",
-                 f"| source file missing or changed | {self.missing} |",
-                 f"| left for a run with another backend | {self.other_backend} |"]
-        lines += [f"| still failing: `{r}` | {n} |" for r, n in sorted(self.still_failing.items())]
-        return "\n".join(lines)
-
-
 def read_resolutions(out_dir: Path) -> pa.Table | None:
-    folder = out_dir / RESOLUTIONS
-    if not folder.is_dir() or not any(folder.rglob("*.parquet")):
-        return None
-    return ds.dataset(folder, format="parquet", partitioning="hive",
-                      schema=RESOLUTION_SCHEMA.append(pa.field("run_date", pa.string()))).to_table()
+    return read_dataset(out_dir, RESOLUTIONS, RESOLUTION_SCHEMA)
 
 
 def write_resolutions(out_dir: Path, resolved: Sequence[tuple[str, int, str]], *, run_id: str, how: str) -> None:
-    """Append (sha256, page, resolving run id) rows as one atomic part."""
+    """Append (sha256, page, resolving run id) rows as one atomic part (the caller holds OUT's lock)."""
     if not resolved:
         return
     now = datetime.now(timezone.utc)
@@ -109,110 +154,50 @@ def write_resolutions(out_dir: Path, resolved: Sequence[tuple[str, int, str]], *
     write_part(out_dir, RESOLUTIONS, RESOLUTION_SCHEMA, rows, run_id=run_id, run_date=now.date(), part=part)
 
 
-def _input_dirs(out_dir: Path) -> dict[str, str]:
-    """run id -> input folder, from the run summaries (retry runs have none: they span many folders)."""
-    dirs: dict[str, str] = {}
+def input_dirs(out_dir: Path) -> dict[str, Path]:
+    """run id -> the folder its documents came from, from the run summaries (retry runs have none)."""
+    dirs: dict[str, Path] = {}
     for path in (out_dir / RUNS).glob("*.json"):
-        summary = json.loads(path.read_text(encoding="utf-8"))
-        if summary.get("input_dir"):
-            dirs[str(summary["run_id"])] = summary["input_dir"]
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):  # a summary being replaced right now
+            continue
+        folder = run_input_dir(summary)
+        if folder is not None:
+            dirs[str(summary["run_id"])] = folder
     return dirs
 
 
-def _locate(rows: list[dict[str, Any]], input_dirs: dict[str, str]) -> Path | None:
-    """The document's file today: relative path under one of the input folders of its failed runs, same bytes."""
-    for row in rows:
-        base = input_dirs.get(row["run_id"])
-        candidate = Path(base) / row["source_path"] if base else None
+def locate(entry: OpenEntry, dirs: dict[str, Path]) -> Path | None:
+    """The document's file today: its stored relative path (exact bytes) under the input folder of one of the
+    runs it failed in, latest first, holding the same bytes as when it failed (None: gone or changed)."""
+    for row in reversed(entry.history):
+        base = dirs.get(row["run_id"])
+        candidate = base / source_file_name(row) if base is not None and row["sha256"] is not None else None
         if candidate is not None and candidate.is_file() and sha256_file(candidate) == row["sha256"]:
             return candidate
     return None
 
 
-def open_entries(out_dir: Path, *, locate: bool = True) -> tuple[list[OpenEntry], list[tuple[str, int, str]]]:
-    """Unresolved documents of the failure queue, and (sha256, page, run id) of failed documents that a later
-    run has since turned into a result (to be recorded as resolved)."""
-    failures = read_table(out_dir, FAILURES)
-    if failures is None:
-        return [], []
+def open_entries(out_dir: Path) -> tuple[list[OpenEntry], list[tuple[str, int, str]]]:
+    """The current queue as entries, and (sha256, page, run id) of documents a later run has turned into a
+    result that no resolution records yet."""
     resolutions = read_resolutions(out_dir)
-    resolved = set() if resolutions is None else {
-        (r["sha256"], r["page"]) for r in resolutions.select(["sha256", "page"]).to_pylist()}
-    results = read_table(out_dir, RESULTS, ["sha256", "page", "run_id"])
-    result_run = {} if results is None else {(r["sha256"], r["page"]): r["run_id"] for r in results.to_pylist()}
-    by_doc: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for row in failures.to_pylist():
-        if row["sha256"] is not None and row["page"] is not None and (row["sha256"], row["page"]) not in resolved:
-            by_doc[(row["sha256"], row["page"])].append(row)
-    input_dirs = _input_dirs(out_dir) if locate else {}
+    recorded = set() if resolutions is None else {
+        (r["sha256"], r["page"], r["run_id"]) for r in resolutions.select(["sha256", "page", "run_id"]).to_pylist()}
+    decided = corrected_keys(out_dir)  # a person's decision is final: never retried
     entries, done_elsewhere = [], []
-    for (sha, page), rows in sorted(by_doc.items()):
-        if (sha, page) in result_run:
-            done_elsewhere.append((sha, page, result_run[(sha, page)]))
+    for doc in sorted(_documents(out_dir), key=lambda d: (d.latest["sha256"] or "", d.latest["page"] or 0)):
+        last = doc.latest
+        if f"{last['sha256']}:{last['page']}" in decided:
             continue
-        rows.sort(key=lambda r: r["failed_at"])
-        last = rows[-1]
-        entries.append(OpenEntry(sha256=sha, page=page, source_path=last["source_path"], attempts=len(rows),
-                                 reason=last["reason"], retryable=bool(last["retryable"]), backend=last["backend"],
-                                 path=_locate(rows, input_dirs) if locate and last["retryable"] else None))
+        if doc.resolved_by is not None:
+            if last["sha256"] is not None and last["page"] is not None:
+                resolution = (last["sha256"], last["page"], doc.resolved_by)
+                if resolution not in recorded:
+                    done_elsewhere.append(resolution)
+            continue
+        entries.append(OpenEntry(sha256=last["sha256"], page=last["page"], source_path=source_file_name(last),
+                                 attempts=len(doc.rows), reason=last["reason"], retryable=bool(last["retryable"]),
+                                 backend=last["backend"], history=tuple(doc.rows)))
     return entries, done_elsewhere
-
-
-def _ref(entry: OpenEntry) -> DocumentRef | None:
-    assert entry.path is not None
-    try:
-        pages = page_count(entry.path)
-    except ContainerError:
-        return None
-    return DocumentRef(path=entry.path, rel_path=entry.source_path, sha256=entry.sha256, page=entry.page,
-                       page_count=pages)
-
-
-async def retry_failures(out_dir: Path, settings: Settings, *, run_id: str, max_attempts: int = 3,
-                         backend: ExtractionBackend | None = None, slot: RequestSlot | None = None) -> RetryReport:
-    """Run every open, retryable failure of `settings.backend` with attempts left through the normal batch
-    path once more; write the new results or failures to OUT like any run, and record what got resolved.
-
-    `max_attempts` counts the original run. `backend` is injectable for tests; `slot()` is held by each of the
-    engine's extractors (the flow passes a slot of the cross-run request limit).
-    """
-    report = RetryReport(run_id=run_id, max_attempts=max_attempts)
-    entries, done_elsewhere = open_entries(out_dir)
-    write_resolutions(out_dir, done_elsewhere, run_id=run_id, how="result_exists")
-    report.resolved_elsewhere = len(done_elsewhere)
-    refs: list[DocumentRef] = []
-    for entry in entries:
-        if not entry.retryable:
-            continue
-        if entry.backend != settings.backend:
-            report.other_backend += 1
-        elif entry.attempts >= max_attempts:
-            report.exhausted += 1
-        elif entry.path is None or (ref := _ref(entry)) is None:
-            report.missing += 1
-        else:
-            refs.append(ref)
-    if not refs:
-        return report
-
-    resolved: list[tuple[str, int, str]] = []
-    writer = RunWriter(out_dir, run_id, settings.fingerprint(), settings.flush_every)
-    tally = RunTally(seen=len(refs))
-    engine = Engine(settings, backend or make_backend(settings), request_slot=slot)
-    try:
-        async with engine:
-            async for outcome in engine.run(refs):
-                writer.add(outcome)
-                tally.add(outcome)
-                if isinstance(outcome, Record):
-                    resolved.append((outcome.extraction.ref.sha256, outcome.extraction.ref.page, run_id))
-                else:
-                    report.still_failing[str(outcome.reason)] += 1
-    finally:
-        writer.flush()  # results on disk before they are recorded as resolving anything
-        report.resolved = len(resolved)
-        write_resolutions(out_dir, resolved, run_id=run_id, how="retried")
-    summary = tally.summary(run_id=run_id, settings=settings)
-    summary.update(input_dir=None, out_dir=str(out_dir), retry=report.as_dict())
-    write_run_summary(out_dir, summary)
-    return report

@@ -1,19 +1,32 @@
 """Discovery: walk an input folder and turn every file into pages to process, skips, or ingest failures.
 
 Why a generator: a nightly folder can hold 100k files; refs are produced as the walk goes, so memory stays
-flat and the first batch starts before the walk ends. Every file produces at least one item, which is what
-makes `seen == results + failures + skipped` checkable.
+flat and the first batch starts before the walk ends. Every entry of the folder produces at least one item
+(a directory that cannot be listed is one failure, a hidden directory or a directory symlink one skip), which
+is what makes `seen == results + failures + skipped` checkable.
+
+Why the odd cases are handled here: an input folder is written by people and scanners, so it can hold a FIFO
+(opening it would hang the run), a symlink loop, a link out of the folder, a directory we may not list, a
+path longer than the kernel opens, a file being rewritten while we read it. Each becomes a `Skipped` or a
+`Failure` with a stable reason, never an exception or a hang. A file's bytes are read once: its SHA-256 and
+its page count come from the same bytes.
+
+File names are `str` as `os.walk` gives them: a name that is not valid UTF-8 carries surrogate escapes, so
+`os.fsencode(rel_path)` gives back the exact bytes on disk.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.containers import ContainerError, page_count
+from pipeline.config import PrepareSettings
+from pipeline.containers import ContainerError, file_type, os_failure, page_count, read_document
 from pipeline.datamodel import DocumentRef, Failure, Reason, Skipped, SkipReason
 
 IN_PROGRESS_SUFFIXES = (".part", ".tmp", ".crdownload", ".partial")
@@ -41,12 +54,45 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def entries(root: Path) -> Iterator[Path | OSError]:
+    """Every entry below root that is not a directory walked into, in a stable order (a directory's entries
+    before its subdirectories'), plus one `OSError` per directory that cannot be listed.
+
+    Directory symlinks are yielded, not followed (so a link to a parent cannot loop the walk); hidden
+    directories are yielded, not entered. FIFOs, sockets and devices are yielded like files: the caller
+    decides, from their type, never by opening them. Not `os.walk`: it stats each subdirectory by path to
+    tell a symlink from a directory, which fails for paths too long to name; `DirEntry` types need no path.
+    """
+    pending = [root]
+    while pending:
+        top = pending.pop()
+        try:
+            with os.scandir(top) as listing:
+                found = sorted(listing, key=lambda entry: entry.name)
+        except OSError as exc:
+            yield exc
+            continue
+        subdirectories = []
+        for entry in found:
+            if _walk_into(entry):
+                subdirectories.append(Path(entry.path))
+            else:
+                yield Path(entry.path)
+        pending.extend(reversed(subdirectories))
+
+
+def _walk_into(entry: os.DirEntry[str]) -> bool:
+    try:
+        return not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)
+    except OSError:  # no type from the directory listing and no stat either: report it as an entry
+        return False
+
+
 def walk(root: Path) -> Iterator[Path]:
-    """Files below root in a stable order; hidden directories are not entered, directory symlinks not followed."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            yield Path(dirpath) / name
+    """The entries below root (see `entries`), without the directories that could not be listed."""
+    for entry in entries(root):
+        if isinstance(entry, Path):
+            yield entry
 
 
 @dataclass
@@ -58,36 +104,38 @@ class Discovery:
     # Relative paths to look at instead of walking the whole folder (a shard of a sharded run).
     only: Sequence[str] | None = None
     seen_hashes: set[str] = field(default_factory=set)
+    settings: PrepareSettings = field(default_factory=PrepareSettings)
 
     def items(self) -> Iterator[Item]:
         root = self.root.resolve()
-        paths = walk(root) if self.only is None else (root / rel for rel in self.only)
-        for path in paths:
-            yield from self._file_items(root, path)
+        found = entries(root) if self.only is None else (root / rel for rel in self.only)
+        for entry in found:
+            if isinstance(entry, OSError):
+                yield _unlistable_directory(root, entry)
+            else:
+                yield from self._file_items(root, entry)
 
     def _file_items(self, root: Path, path: Path) -> Iterator[Item]:
-        rel = path.relative_to(root).as_posix()
+        rel = _relative(root, path)
         reason = skip_reason(path.name)
         if reason is not None:
             yield Skipped(rel, reason)
             return
-        if path.is_symlink():
-            target = path.resolve()
-            if not target.is_relative_to(root):
-                yield Failure(rel, None, None, "ingest", Reason.SYMLINK_OUTSIDE_ROOT,
-                              "symlink points outside the input folder; refused")
-                return
         try:
-            digest = sha256_file(path)
-        except OSError as exc:
-            yield Failure(rel, None, None, "ingest", Reason.UNREADABLE, f"cannot read file: {exc.strerror}")
+            data = self._read_inside(root, path)
+        except _DirectorySymlink:
+            yield Skipped(rel, SkipReason.DIRECTORY_SYMLINK)
             return
+        except ContainerError as exc:
+            yield Failure(rel, None, None, "ingest", exc.reason, exc.detail)
+            return
+        digest = hashlib.sha256(data).hexdigest()
         if digest in self.seen_hashes:
             yield Skipped(rel, SkipReason.DUPLICATE_CONTENT, sha256=digest)
             return
         self.seen_hashes.add(digest)
         try:
-            pages = page_count(path)
+            pages = page_count(data, self.settings)
         except ContainerError as exc:
             yield Failure(rel, digest, None, "ingest", exc.reason, exc.detail)
             return
@@ -97,3 +145,44 @@ class Discovery:
                 yield Skipped(rel, SkipReason.ALREADY_DONE, sha256=digest, page=page)
             else:
                 yield ref
+
+    def _read_inside(self, root: Path, path: Path) -> bytes:
+        """The bytes of `path`, which must resolve to a regular file inside root (a symlink to one is fine).
+
+        Raises `ContainerError` (or `_DirectorySymlink` for a link to a directory inside root). Containment is
+        checked on the resolved path for every entry, not only symlinks: a shard manifest (`only`) can name
+        `../x` or a path through a directory symlink.
+        """
+        try:
+            st = os.lstat(path)
+            target_st = os.stat(path) if stat.S_ISLNK(st.st_mode) else st  # ELOOP: loop, ENOENT: dangling
+        except OSError as exc:
+            if exc.errno == errno.ENOENT and os.path.islink(path):
+                raise ContainerError(Reason.BROKEN_SYMLINK, "symlink to a path that does not exist") from exc
+            raise os_failure(exc) from exc
+        target = Path(os.path.realpath(path))
+        if not target.is_relative_to(root):
+            raise ContainerError(Reason.SYMLINK_OUTSIDE_ROOT,
+                                 f"resolves to a {file_type(target_st.st_mode)} outside the input folder; refused")
+        if stat.S_ISLNK(st.st_mode) and stat.S_ISDIR(target_st.st_mode):
+            raise _DirectorySymlink
+        # The resolved path, not followed again: a link swapped in after the containment check is refused.
+        return read_document(target, self.settings.max_input_bytes, follow_symlinks=False)
+
+
+class _DirectorySymlink(Exception):
+    """A symlink to a directory inside the root: reported as a skip, its target is walked on its own."""
+
+
+def _relative(root: Path, path: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:  # `only` may name a path with `..` in it; keep it as given
+        return path.as_posix()
+
+
+def _unlistable_directory(root: Path, exc: OSError) -> Failure:
+    """One failure for a directory `os.walk` could not list: everything under it is unknown, and counted once."""
+    where = Path(exc.filename) if exc.filename is not None else root
+    reason = Reason.PATH_TOO_LONG if exc.errno == errno.ENAMETOOLONG else Reason.UNREADABLE
+    return Failure(_relative(root, where), None, None, "ingest", reason, f"cannot list directory: {exc.strerror}")

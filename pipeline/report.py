@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.masking import mask_id
+from pipeline.masking import mask_id, redact
 
 SAMPLE_COLUMNS = ("source_path", "page", "doc_type", "name", "id_number", "expiry_date", "orientation",
                   "rotation_applied", "visual_tokens")
@@ -17,12 +17,16 @@ FAILURE_COLUMNS = ("source_path", "page", "stage", "reason", "retryable", "attem
 
 
 def masked_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], limit: int = 50) -> list[dict[str, Any]]:
-    """First `limit` rows restricted to `columns`, ID numbers masked, values made JSON-friendly."""
+    """First `limit` rows restricted to `columns`, ID numbers masked (also inside paths and failure details),
+    values made JSON-friendly."""
     out = []
     for row in rows[:limit]:
         clean = {c: row.get(c) for c in columns}
         if "id_number" in clean:
             clean["id_number"] = mask_id(clean["id_number"])
+        for column in ("source_path", "detail"):
+            if isinstance(clean.get(column), str):
+                clean[column] = redact(clean[column])
         if row.get("expiry_long_term"):
             clean["expiry_date"] = "long-term"
         out.append({k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in clean.items()})
@@ -34,7 +38,7 @@ def summary_markdown(summary: dict[str, Any], *, input_dir: str, out_dir: str) -
     lines = [
         f"# idflow run `{summary['run_id']}`",
         "",
-        f"- input: `{input_dir}`  output: `{out_dir}`",
+        f"- input: `{redact(input_dir)}`  output: `{redact(out_dir)}`",
         f"- backend: **{summary['backend']}**  model: `{summary['model']}`",
         "",
         "| seen | results | failures | skipped | accounted |",

@@ -1,15 +1,24 @@
 """Parquet outputs: typed results, the failure queue, the idempotency index and per-run summaries.
 
 Layout under OUT/: `results/run_date=YYYY-MM-DD/part-<run_id>-<n>.parquet`, the same for `failures/`, and
-`runs/<run_id>.json`. Each part is written under a hidden temp name and renamed, so a crash never leaves a
-half-written file that a reader would pick up; a run flushes every `flush_every` documents, so a killed run
-loses at most that much work and never duplicates a row.
+`runs/<run_id>.json`. Each part is written under a hidden temp name unique to the writer and renamed, so a crash
+never leaves a half-written file that a reader would pick up; a run flushes every `flush_every` documents, so a
+killed run loses at most that much work and never duplicates a row. One run writes OUT at a time
+(`pipeline.output_lock`), and run ids are full UUIDs, so part names never collide.
+
+Any file name is stored: Python hands out names that are not UTF-8 as `str` with surrogate escapes, which
+Parquet strings cannot hold. `source_path` is the readable form (undecodable bytes shown as `\\xNN`) and
+`source_path_bytes` the exact bytes (`os.fsencode`), from which `source_file_name` gives the name back. A row
+that still cannot be converted costs that one document (it becomes an `internal_error` failure), never the part.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -20,7 +29,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pipeline.atomic import write_json_atomic
-from pipeline.datamodel import FIELD_NAMES, Failure, Record, Skipped
+from pipeline.datamodel import FIELD_NAMES, Failure, Reason, Record, Skipped
 from pipeline.masking import redact
 
 RESULTS = "results"
@@ -33,7 +42,8 @@ _STATE_COLUMNS = [
 ]
 
 RESULT_SCHEMA = pa.schema([
-    pa.field("source_path", pa.string(), nullable=False),
+    pa.field("source_path", pa.string(), nullable=False),  # readable: undecodable bytes as \xNN
+    pa.field("source_path_bytes", pa.binary()),  # exact: os.fsencode(rel path); null in parts written before it
     pa.field("page", pa.int32(), nullable=False),
     pa.field("sha256", pa.string(), nullable=False),
     pa.field("doc_type", pa.string()),
@@ -68,6 +78,7 @@ RESULT_SCHEMA = pa.schema([
 
 FAILURE_SCHEMA = pa.schema([
     pa.field("source_path", pa.string(), nullable=False),
+    pa.field("source_path_bytes", pa.binary()),
     pa.field("sha256", pa.string()),
     pa.field("page", pa.int32()),
     pa.field("stage", pa.string(), nullable=False),
@@ -83,17 +94,61 @@ FAILURE_SCHEMA = pa.schema([
 ])
 
 RAW_RESPONSE_LIMIT = 2000
+# What pyarrow raises for a value that does not fit its column (wrong type, out of range, unencodable text).
+_CONVERSION_ERRORS = (pa.ArrowException, ValueError, TypeError, OverflowError)
+
+
+class StoreWriteError(OSError):
+    """A part could not be written (disk full, permissions). Parts written before stay; the rows of the failed
+    part stay buffered in the writer, and the documents they hold are redone by the next run."""
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def path_bytes(rel_path: str) -> bytes:
+    """The file name's exact bytes (what the file system has), from the str Python gave for it."""
+    try:
+        return os.fsencode(rel_path)
+    except UnicodeEncodeError:  # a lone surrogate that no file system produced: keep it anyway
+        return rel_path.encode("utf-8", "surrogatepass")
+
+
+def readable_path(rel_path: str) -> str:
+    """The name as valid UTF-8 text for people and Parquet strings: bytes that are not UTF-8 become `\\xNN`."""
+    return path_bytes(rel_path).decode("utf-8", "backslashreplace")
+
+
+def source_file_name(row: dict[str, Any]) -> str:
+    """The relative path as the file system knows it, from a stored row (the exact bytes when stored)."""
+    raw = row.get("source_path_bytes")
+    return os.fsdecode(raw) if raw is not None else row["source_path"]
+
+
+def _text(value: Any) -> Any:
+    """Any string made storable: unencodable characters (lone surrogates in names echoed by error messages)
+    become escapes; other values pass through."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    elif isinstance(value, list):
+        return [_text(v) for v in value]
+    return value
+
+
+def _storable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: _text(v) for k, v in row.items()}
+
+
 def result_row(record: Record, *, fingerprint: str, run_id: str, worker: str = "local") -> dict[str, Any]:
     """Flatten a Record into one results row (drops the pixels, keeps everything the table promises)."""
     ex, prep = record.extraction, record.prepared
     row: dict[str, Any] = {
-        "source_path": ex.ref.rel_path,
+        "source_path": readable_path(ex.ref.rel_path),
+        "source_path_bytes": path_bytes(ex.ref.rel_path),
         "page": ex.ref.page,
         "sha256": ex.ref.sha256,
         "doc_type": ex.fields.get("doc_type"),
@@ -128,12 +183,13 @@ def result_row(record: Record, *, fingerprint: str, run_id: str, worker: str = "
         reading = ex.field_states.get(name)
         row[f"{name}_state"] = reading.state if reading else ("absent" if ex.fields.get(name) is None else "present")
         row[f"{name}_confidence"] = reading.confidence if reading else None
-    return row
+    return _storable(row)
 
 
 def failure_row(failure: Failure, *, fingerprint: str, run_id: str) -> dict[str, Any]:
-    return {
-        "source_path": failure.rel_path,
+    return _storable({
+        "source_path": readable_path(failure.rel_path),
+        "source_path_bytes": path_bytes(failure.rel_path),
         "sha256": failure.sha256,
         "page": failure.page,
         "stage": failure.stage,
@@ -146,26 +202,66 @@ def failure_row(failure: Failure, *, fingerprint: str, run_id: str) -> dict[str,
         "fingerprint": fingerprint,
         "run_id": run_id,
         "failed_at": _now(),
-    }
+    })
 
 
-def write_part(out_dir: Path, table_name: str, schema: pa.Schema, rows: list[dict[str, Any]], *,
+def unstorable(row: dict[str, Any], exc: BaseException, *, what: str) -> Failure:
+    """The failure that stands for a document whose row could not be converted (a bug: a value of the wrong
+    type or range), so the document is still accounted for and the rest of its part is stored."""
+    return Failure(rel_path=source_file_name(row) if row.get("source_path") is not None else "?",
+                   sha256=row.get("sha256"), page=row.get("page"), stage="internal", reason=Reason.INTERNAL_ERROR,
+                   detail=redact(f"{what} row could not be stored: {type(exc).__name__}: {exc}")[:500],
+                   backend=row.get("backend"))
+
+
+def write_part(out_dir: Path, table_name: str, schema: pa.Schema, rows: list[dict[str, Any]] | pa.Table, *,
                run_id: str, run_date: date, part: int) -> Path:
-    """Write rows as one Parquet file atomically (hidden temp name + rename in the same directory)."""
+    """Write rows as one Parquet file atomically (temp name unique to this call + rename in the same folder);
+    on any error the temp file is removed and a `StoreWriteError` names the part."""
     folder = out_dir / table_name / f"run_date={run_date.isoformat()}"
-    folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"part-{run_id}-{part:05d}.parquet"
-    tmp = folder / f".{final.name}.tmp"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    with tmp.open("rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
+    tmp = folder / f".{final.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, tmp)
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # the folder may be what failed
+            tmp.unlink(missing_ok=True)
+        raise StoreWriteError(f"could not write {table.num_rows} {table_name} rows to {final}: {exc}") from exc
     return final
+
+
+def storable_table(rows: list[dict[str, Any]], schema: pa.Schema, *,
+                   what: str) -> tuple[pa.Table, list[tuple[dict[str, Any], Failure]]]:
+    """The rows as one table, and (row, failure) for each row that cannot be converted and was left out.
+
+    Converting the whole list is fast; only when that fails is each row tried alone, to find the bad ones."""
+    try:
+        return pa.Table.from_pylist(rows, schema=schema), []
+    except _CONVERSION_ERRORS:
+        pass
+    good: list[pa.Table] = []
+    bad: list[tuple[dict[str, Any], Failure]] = []
+    for row in rows:
+        try:
+            good.append(pa.Table.from_pylist([row], schema=schema))
+        except _CONVERSION_ERRORS as exc:
+            bad.append((row, unstorable(row, exc, what=what)))
+    return (pa.concat_tables(good) if good else schema.empty_table()), bad
 
 
 @dataclass
 class RunWriter:
-    """Buffers rows of one run and writes them in atomic parts of at most `flush_every` documents."""
+    """Buffers rows of one run and writes them in atomic parts of at most `flush_every` documents.
+
+    A result whose row cannot be built or converted is stored as an `internal_error` failure instead and listed
+    in `demoted` (the run's tally moves it from results to failures). A part that cannot be written raises
+    `StoreWriteError` with its rows still buffered; parts already written are never touched again.
+    """
 
     out_dir: Path
     run_id: str
@@ -174,40 +270,74 @@ class RunWriter:
     run_date: date = field(default_factory=lambda: _now().date())
     _results: list[dict[str, Any]] = field(default_factory=list)
     _failures: list[dict[str, Any]] = field(default_factory=list)
-    _part: int = 0
+    _parts: Counter[str] = field(default_factory=Counter)
     written: list[Path] = field(default_factory=list)
+    demoted: list[Failure] = field(default_factory=list)
 
     def add(self, outcome: Record | Failure | Skipped, *, worker: str = "local") -> None:
         """Buffer one document's row (skips are only counted, never stored)."""
         if isinstance(outcome, Record):
-            self._results.append(result_row(outcome, fingerprint=self.fingerprint, run_id=self.run_id, worker=worker))
+            try:
+                self._results.append(result_row(outcome, fingerprint=self.fingerprint, run_id=self.run_id,
+                                                worker=worker))
+            except Exception as exc:  # noqa: BLE001 - a bad value costs this document only
+                ref = outcome.extraction.ref
+                self._demote({"source_path": ref.rel_path, "sha256": ref.sha256, "page": ref.page,
+                              "backend": outcome.extraction.backend}, exc)
         elif isinstance(outcome, Failure):
             self._failures.append(failure_row(outcome, fingerprint=self.fingerprint, run_id=self.run_id))
-        self._maybe_flush()
-
-    def _maybe_flush(self) -> None:
         if len(self._results) + len(self._failures) >= self.flush_every:
             self.flush()
 
+    def _demote(self, row: dict[str, Any], exc: BaseException) -> None:
+        failure = unstorable(row, exc, what="result")
+        self.demoted.append(failure)
+        self._failures.append(failure_row(failure, fingerprint=self.fingerprint, run_id=self.run_id))
+
     def flush(self) -> None:
-        for name, schema, rows in ((RESULTS, RESULT_SCHEMA, self._results), (FAILURES, FAILURE_SCHEMA, self._failures)):
-            if rows:
-                self.written.append(write_part(self.out_dir, name, schema, rows, run_id=self.run_id,
-                                               run_date=self.run_date, part=self._part))
-        self._results, self._failures = [], []
-        self._part += 1
+        """Write what is buffered: results first, then failures (with any demoted results among them)."""
+        if self._results:
+            table, bad = storable_table(self._results, RESULT_SCHEMA, what="result")
+            if bad:
+                left_out = {id(row) for row, _ in bad}
+                self._results = [row for row in self._results if id(row) not in left_out]
+                for _, failure in bad:
+                    self.demoted.append(failure)
+                    self._failures.append(failure_row(failure, fingerprint=self.fingerprint, run_id=self.run_id))
+            if table.num_rows:
+                self._write(RESULTS, RESULT_SCHEMA, table)
+            self._results = []
+        if self._failures:
+            table, bad = storable_table(self._failures, FAILURE_SCHEMA, what="failure")
+            if bad:  # a failure row with an odd value: the document keeps a minimal internal_error row
+                minimal = [failure_row(f, fingerprint=self.fingerprint, run_id=self.run_id) for _, f in bad]
+                table = pa.concat_tables([table, pa.Table.from_pylist(minimal, schema=FAILURE_SCHEMA)])
+            self._write(FAILURES, FAILURE_SCHEMA, table)
+            self._failures = []
+
+    def _write(self, name: str, schema: pa.Schema, table: pa.Table) -> None:
+        self.written.append(write_part(self.out_dir, name, schema, table, run_id=self.run_id,
+                                       run_date=self.run_date, part=self._parts[name]))
+        self._parts[name] += 1
+
+
+def read_dataset(out_dir: Path, table_name: str, schema: pa.Schema, columns: list[str] | None = None,
+                 run_id: str | None = None) -> pa.Table | None:
+    """One of OUT's partitioned datasets (all runs, or one run) read with its declared schema, or None before its
+    first part was written."""
+    folder = out_dir / table_name
+    if not folder.is_dir() or not any(folder.rglob("*.parquet")):
+        return None
+    dataset = ds.dataset(folder, format="parquet", partitioning="hive", schema=schema.append(
+        pa.field("run_date", pa.string())))
+    return dataset.to_table(columns=columns, filter=None if run_id is None else ds.field("run_id") == run_id)
 
 
 def read_table(out_dir: Path, table_name: str, columns: list[str] | None = None,
                run_id: str | None = None) -> pa.Table | None:
     """The results or failures dataset (all runs, or one run), or None before the first run wrote one."""
-    folder = out_dir / table_name
-    if not folder.is_dir() or not any(folder.rglob("*.parquet")):
-        return None
     schema = RESULT_SCHEMA if table_name == RESULTS else FAILURE_SCHEMA
-    dataset = ds.dataset(folder, format="parquet", partitioning="hive", schema=schema.append(
-        pa.field("run_date", pa.string())))
-    return dataset.to_table(columns=columns, filter=None if run_id is None else ds.field("run_id") == run_id)
+    return read_dataset(out_dir, table_name, schema, columns, run_id)
 
 
 def done_keys(out_dir: Path, fingerprint: str) -> set[str]:
@@ -220,7 +350,28 @@ def done_keys(out_dir: Path, fingerprint: str) -> set[str]:
 
 
 def write_run_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
-    return write_json_atomic(out_dir / RUNS / f"{summary['run_id']}.json", summary)
+    """`runs/<run_id>.json`. JSON text cannot hold a folder name that is not UTF-8, so the folder the documents
+    came from (`input_dir`; `source_dir` for a batch import) is stored readable and exact (`<key>_hex`);
+    `run_input_dir` reads it back."""
+    stored = {k: _text(v) for k, v in summary.items()}
+    for key in _FOLDER_KEYS:
+        if summary.get(key):
+            stored[key] = readable_path(summary[key])
+            stored[f"{key}_hex"] = path_bytes(summary[key]).hex()
+    return write_json_atomic(out_dir / RUNS / f"{summary['run_id']}.json", stored)
+
+
+_FOLDER_KEYS = ("input_dir", "source_dir")
+
+
+def run_input_dir(summary: dict[str, Any]) -> Path | None:
+    """The folder a stored run read its documents from, exactly as the file system names it (None: a retry)."""
+    for key in _FOLDER_KEYS:
+        if summary.get(f"{key}_hex"):
+            return Path(os.fsdecode(bytes.fromhex(summary[f"{key}_hex"])))
+        if summary.get(key):
+            return Path(summary[key])
+    return None
 
 
 def latest_run_summary(out_dir: Path) -> dict[str, Any] | None:

@@ -53,6 +53,14 @@ class RunTally:
             self.visual_tokens += outcome.prepared.visual_tokens or 0
             self.latencies_ms.append(ex.latency_ms or 0.0)
 
+    def demote(self, failure: Failure) -> None:
+        """A result the writer could not store and stored as this failure instead (`RunWriter.demoted`)."""
+        self.results -= 1
+        if failure.backend in self.results_by_backend:
+            self.results_by_backend[failure.backend] -= 1
+        self.failures += 1
+        self.failures_by_reason[str(failure.reason)] += 1
+
     def summary(self, *, run_id: str, settings: Settings) -> dict[str, Any]:
         elapsed = time.monotonic() - self.started
         lat = sorted(self.latencies_ms)

@@ -15,7 +15,8 @@ from jsonschema import Draft202012Validator
 
 from pipeline.config import SCHEMA_PATH
 from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, PreparedImage, Reason, Record
-from pipeline.fields import cn_id
+from pipeline.fields import cn_id, cn_permanent_residence
+from pipeline.fields.names import looks_like_name
 
 
 @lru_cache(maxsize=1)
@@ -50,6 +51,13 @@ def semantic_problems(fields: dict[str, Any]) -> list[tuple[Reason, str]]:
     if fields.get("doc_type") == "cn_id" and number is not None and not cn_id.is_valid_number(number):
         problems.append((Reason.CHECKSUM_FAILED,
                          "cn_id.checksum: MOD 11-2 check character or embedded birth date is wrong"))
+    if (fields.get("doc_type") == "cn_permanent_residence" and number is not None
+            and not cn_permanent_residence.is_valid_number(number)):
+        problems.append((Reason.CHECKSUM_FAILED, "cn_pr.checksum: check character or embedded birth date is wrong"))
+    name = fields.get("name")
+    if isinstance(name, str) and not looks_like_name(name):  # MRZ debris or a number read as a name: never stored
+        problems.append((Reason.SCHEMA_VIOLATION,
+                         "name.shape: a name holds only letters, spaces, hyphens and apostrophes"))
     return problems
 
 
@@ -68,6 +76,8 @@ def passed_checks(fields: dict[str, Any]) -> list[str]:
         checks.append("date.expiry")
     if fields.get("doc_type") == "cn_id" and fields.get("id_number"):
         checks.append("cn_id.checksum")
+    if fields.get("doc_type") == "cn_permanent_residence" and fields.get("id_number"):
+        checks.append("cn_pr.checksum")
     return checks
 
 

@@ -74,6 +74,7 @@ class Rendered:
     mrz: tuple[str, ...] = ()
     texts: list[str] = field(default_factory=list)
     kind: str = ""  # renderer name, e.g. cn_front
+    mrz_boxes: tuple[tuple[int, int, int, int], ...] = ()  # per MRZ line (left, top, right, bottom), in px
 
     def truth(self) -> dict:
         return {"doc_type": self.doc_type, "name": self.name, "id_number": self.id_number,
@@ -85,6 +86,7 @@ class _Canvas:
         self.img = img
         self.draw = ImageDraw.Draw(img)
         self.texts: list[str] = []
+        self.mrz_boxes: list[tuple[int, int, int, int]] = []
 
     def text(self, xy, s: str, role: str, size: int, fill=(20, 20, 20), spacing: int = 0) -> int:
         """Draw ``s``; ``spacing`` adds px between characters. Returns the x after the text."""
@@ -109,6 +111,8 @@ class _Canvas:
         for i, line in enumerate(lines):
             self.draw.text((x0, y0 + i * pitch), line, font=f, fill=(10, 10, 10))
             self.texts.append(line)
+            left, top, right, bottom = f.getbbox(line)
+            self.mrz_boxes.append((x0 + left, y0 + i * pitch + top, x0 + right, y0 + i * pitch + bottom))
 
 
 @functools.cache
@@ -265,7 +269,7 @@ def passport_td3(p: MRZPerson, variant: int = 0) -> Rendered:
     mrz = p.td3()
     c.mrz(mrz, 700, 40, 70)
     return Rendered(img, "passport", p.full_name, p.doc_number, p.expiry.isoformat(), "landscape",
-                    mrz=mrz, texts=c.texts, kind="passport_td3")
+                    mrz=mrz, mrz_boxes=tuple(c.mrz_boxes), texts=c.texts, kind="passport_td3")
 
 
 def id_card_td1(p: MRZPerson, variant: int = 0) -> Rendered:
@@ -287,7 +291,7 @@ def id_card_td1(p: MRZPerson, variant: int = 0) -> Rendered:
     mrz = p.td1()
     c.mrz(mrz, 372, 38, 54)
     return Rendered(img, "id_card", p.full_name, p.doc_number, p.expiry.isoformat(), "landscape",
-                    mrz=mrz, texts=c.texts, kind="id_card_td1")
+                    mrz=mrz, mrz_boxes=tuple(c.mrz_boxes), texts=c.texts, kind="id_card_td1")
 
 
 def id_card_td2(p: MRZPerson, variant: int = 0) -> Rendered:
@@ -311,7 +315,7 @@ def id_card_td2(p: MRZPerson, variant: int = 0) -> Rendered:
     mrz = p.td2()
     c.mrz(mrz, 540, 40, 66)
     return Rendered(img, "id_card", p.full_name, p.doc_number, p.expiry.isoformat(), "landscape",
-                    mrz=mrz, texts=c.texts, kind="id_card_td2")
+                    mrz=mrz, mrz_boxes=tuple(c.mrz_boxes), texts=c.texts, kind="id_card_td2")
 
 
 def visa_mrva(p: MRZPerson, variant: int = 0) -> Rendered:
@@ -337,4 +341,4 @@ def visa_mrva(p: MRZPerson, variant: int = 0) -> Rendered:
     mrz = p.mrva()
     c.mrz(mrz, 630, 40, 70)
     return Rendered(img, "visa", p.full_name, p.doc_number, p.expiry.isoformat(), "landscape",
-                    mrz=mrz, texts=c.texts, kind="visa_mrva")
+                    mrz=mrz, mrz_boxes=tuple(c.mrz_boxes), texts=c.texts, kind="visa_mrva")

@@ -27,6 +27,7 @@ from pathlib import Path
 from PIL import Image
 
 from synth import conditions as C
+from synth import hard as H
 from synth import render as R
 from synth.identities import CNPerson, MRZPerson, make_cn_person, random_cn_person, random_mrz_person
 
@@ -277,9 +278,9 @@ def _render_kind(kind: str, rng: random.Random) -> tuple[R.Rendered, object]:
     return fn(p, variant), p
 
 
-def _eval_plan(count: int, seed: int) -> list[tuple[str, str]]:
+def _eval_plan(count: int, seed: int, combos: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
     """``count`` (kind, condition) pairs: every combination once per round, rounds shuffled by seed."""
-    combos = [(k, c) for k in KINDS for c in EVAL_CONDITIONS]
+    combos = combos or [(k, c) for k in KINDS for c in EVAL_CONDITIONS]
     plan: list[tuple[str, str]] = []
     rnd = 0
     while len(plan) < count:
@@ -342,23 +343,66 @@ def _eval_worker(args: tuple[int, str, str, int, str]) -> list[dict]:
     return truth
 
 
+def _run_tasks(worker: Callable[[tuple], list[dict]], tasks: list[tuple], jobs: int) -> list[dict]:
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as ex:
+            results = list(ex.map(worker, tasks, chunksize=4))
+    else:
+        results = [worker(t) for t in tasks]
+    return [e for entries in results for e in entries]
+
+
+def _write_manifest(out: Path, manifest: list[dict]) -> None:
+    (out / MANIFEST).write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+
+
 def build_eval(out_dir: str | Path, count: int = 300, seed: int = 7, jobs: int = 1) -> list[dict]:
     """Write ``count`` documents across all kinds x conditions, a few bad/skip files and ``manifest.json``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = [(i, k, c, seed, str(out)) for i, (k, c) in enumerate(_eval_plan(count, seed), start=1)]
-    if jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(jobs) as ex:
-            results = list(ex.map(_eval_worker, tasks, chunksize=4))
-    else:
-        results = [_eval_worker(t) for t in tasks]
-    manifest = [e for entries in results for e in entries]
+    manifest = _run_tasks(_eval_worker, tasks, jobs)
     for rel, data, entry in _eval_bad_files(seed):
         _write(out, rel, data)
         manifest.append({"path": rel, **entry})
-    (out / MANIFEST).write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    _write_manifest(out, manifest)
+    return manifest
+
+
+# --------------------------------------------------------------------------------------------------------
+# Hard set (tuning material for the MRZ second reading and the confidence calibration)
+# --------------------------------------------------------------------------------------------------------
+
+MRZ_KINDS = ("passport", "td1", "td2", "visa")
+
+
+def _hard_worker(args: tuple[int, str, str, int, str]) -> list[dict]:
+    i, kind, cond, seed, out = args
+    rng = _rng(seed, "hard", i)
+    transform, fmt, quality, _ = H.HARD_CONDITIONS[cond]
+    r, _person = _render_kind(kind, rng)
+    img = transform(r, rng)
+    rel = f"h{i:04d}_{kind}_{cond}{C.FORMATS[fmt]}"
+    _write(Path(out), rel, C.encode(img, fmt, quality=quality))
+    return [_truth(rel, r, 0, condition=cond)]  # every hard condition keeps the page's aspect
+
+
+def build_hard(out_dir: str | Path, count: int = 120, seed: int = 101, jobs: int = 1,
+               conditions: list[str] | None = None) -> list[dict]:
+    """Write ``count`` documents under the hard conditions (``synth.hard``; all of them unless
+    ``conditions`` names some) and ``manifest.json``. MRZ-only conditions use MRZ documents only."""
+    names = conditions or list(H.HARD_CONDITIONS)
+    unknown = set(names) - set(H.HARD_CONDITIONS)
+    if unknown:
+        raise ValueError(f"unknown hard conditions: {sorted(unknown)}")
+    combos = [(k, c) for c in names for k in KINDS if H.HARD_CONDITIONS[c][3] or k in MRZ_KINDS]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = [(i, k, c, seed, str(out)) for i, (k, c) in enumerate(_eval_plan(count, seed, combos), start=1)]
+    manifest = _run_tasks(_hard_worker, tasks, jobs)
+    _write_manifest(out, manifest)
     return manifest
 
 

@@ -20,9 +20,13 @@ def _realdata_dir() -> Path | None:
 
 @pytest.fixture(scope="session")
 def realdata_dir() -> Path:
+    """The real specimens; missing, the tests using them skip, or fail when IDFLOW_REQUIRE_REALDATA=1 (CI)."""
     d = _realdata_dir()
     if d is None:
-        pytest.skip("../shared/realdata not present (set IDFLOW_REALDATA)")
+        message = "../shared/realdata not present (set IDFLOW_REALDATA)"
+        if os.environ.get("IDFLOW_REQUIRE_REALDATA") == "1":
+            pytest.fail(f"{message}, and IDFLOW_REQUIRE_REALDATA=1 requires it", pytrace=False)
+        pytest.skip(message)
     return d
 
 

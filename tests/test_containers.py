@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import io
-import resource
+import os
 import struct
+import tracemalloc
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +16,7 @@ import pytest
 from PIL import Image
 
 from pipeline.config import PrepareSettings
-from pipeline.containers import ContainerError, Kind, open_page, page_count, sniff
+from pipeline.containers import ContainerError, Kind, open_page, page_count, page_size, read_document, sniff
 from pipeline.datamodel import Reason
 
 SETTINGS = PrepareSettings()
@@ -157,6 +160,27 @@ def test_corrupt_pdf_is_unreadable(tmp_path: Path) -> None:
     assert _reason(e) is Reason.UNREADABLE
 
 
+@contextmanager
+def allocations() -> Iterator[dict[str, int]]:
+    """What the block allocates while it runs: the peak of Python and NumPy memory (tracemalloc, current
+    allocations only, unlike the process's peak RSS which earlier tests may already have raised) and the image
+    blocks Pillow took from its own allocator (which tracemalloc does not see)."""
+    def blocks() -> int:
+        stats = Image.core.get_stats()
+        return stats["allocated_blocks"] + stats["reused_blocks"]
+
+    measured: dict[str, int] = {}
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    before, blocks_before = tracemalloc.get_traced_memory()[0], blocks()
+    try:
+        yield measured
+    finally:
+        measured["python_peak"] = tracemalloc.get_traced_memory()[1] - before
+        measured["pillow_blocks"] = blocks() - blocks_before
+        tracemalloc.stop()
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("width", "height"), [(12_000, 12_000), (100_000, 100_000)])
 def test_decompression_bomb_is_rejected_before_decoding(tmp_path: Path, width: int, height: int) -> None:
@@ -164,13 +188,17 @@ def test_decompression_bomb_is_rejected_before_decoding(tmp_path: Path, width: i
     # 10 Gpx trips Pillow's DecompressionBombError first (mapped to the same reason).
     path = tmp_path / "bomb.png"
     path.write_bytes(png_header_only(width, height))
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for call in (lambda: page_count(path), lambda: open_page(path, 0, SETTINGS)):
-        with pytest.raises(ContainerError) as e:
-            call()
-        assert _reason(e) is Reason.TOO_MANY_PIXELS
-    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
-    assert grown_kib < 100 * 1024, "the declared image must never be allocated"
+    with allocations() as bomb:
+        for call in (lambda: page_count(path), lambda: open_page(path, 0, SETTINGS)):
+            with pytest.raises(ContainerError) as e:
+                call()
+            assert _reason(e) is Reason.TOO_MANY_PIXELS
+    assert bomb["pillow_blocks"] == 0 and bomb["python_peak"] < 8 * 1024 * 1024, bomb  # never allocated
+    # The same measure does see a page that is decoded (12 MB of pixels here).
+    page = _save(_noise_image(2000, 2000), tmp_path / "page.png", "PNG")
+    with allocations() as decoded:
+        np.asarray(open_page(page, 0, SETTINGS))
+    assert decoded["pillow_blocks"] >= 1 and decoded["python_peak"] >= 2000 * 2000 * 3, decoded
 
 
 def test_pillow_bomb_error_maps_even_when_our_cap_is_higher(tmp_path: Path) -> None:
@@ -200,3 +228,76 @@ def test_error_carries_reason_and_detail(tmp_path: Path) -> None:
     assert e.value.reason is Reason.EMPTY_FILE
     assert "0 bytes" in e.value.detail
     assert str(e.value).startswith("empty_file")
+
+
+# --- bytes in, the same answers; only regular files are read --------------------------------------------
+
+def test_bytes_and_path_give_the_same_pages(tmp_path: Path) -> None:
+    frames = [Image.new("RGB", (90, 70), c) for c in ("red", "blue")]
+    path = tmp_path / "two.tif"
+    frames[0].save(path, "TIFF", save_all=True, append_images=frames[1:])
+    pdf = _save(_noise_image(64, 48), tmp_path / "one.pdf", "PDF")
+    for source in (path, path.read_bytes()):
+        assert sniff(source) is Kind.TIFF
+        assert page_count(source) == 2
+        assert page_size(source, 1, SETTINGS) == (90, 70)
+        assert open_page(source, 1, SETTINGS).convert("RGB").getpixel((1, 1)) == (0, 0, 255)
+    assert page_count(pdf.read_bytes()) == page_count(pdf) == 1
+    assert open_page(pdf.read_bytes(), 0, SETTINGS).size == open_page(pdf, 0, SETTINGS).size
+
+
+def _tiff_ifds(data: bytes) -> list[tuple[int, int]]:
+    """(IFD offset, offset of its next-IFD pointer) for every IFD of a little-endian TIFF."""
+    out, ifd = [], struct.unpack("<I", data[4:8])[0]
+    while ifd:
+        next_at = ifd + 2 + 12 * struct.unpack("<H", data[ifd:ifd + 2])[0]
+        out.append((ifd, next_at))
+        ifd = struct.unpack("<I", data[next_at:next_at + 4])[0]
+    return out
+
+
+def _three_page_tiff() -> bytearray:
+    frames = [Image.new("RGB", (60, 50), c) for c in ("red", "lime", "blue")]
+    buf = io.BytesIO()
+    frames[0].save(buf, "TIFF", save_all=True, append_images=frames[1:])
+    return bytearray(buf.getvalue())
+
+
+def test_tiff_whose_ifd_chain_points_past_the_end_cannot_be_counted() -> None:
+    data = _three_page_tiff()
+    _, next_at = _tiff_ifds(bytes(data))[1]
+    data[next_at:next_at + 4] = struct.pack("<I", len(data) + 4096)
+    with pytest.raises(ContainerError) as e:
+        page_count(bytes(data))
+    assert _reason(e) is Reason.UNREADABLE
+    assert "TIFF pages" in e.value.detail
+
+
+@pytest.mark.timeout(30)
+def test_tiff_whose_ifd_chain_loops_ends() -> None:
+    data = _three_page_tiff()
+    ifds = _tiff_ifds(bytes(data))
+    data[ifds[2][1]:ifds[2][1] + 4] = struct.pack("<I", ifds[1][0])  # last IFD points back to the second
+    assert page_count(bytes(data)) == 3
+
+
+@pytest.mark.timeout(30)
+def test_read_document_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "dir").mkdir()
+    real = _save(_noise_image(40, 40), tmp_path / "real.png", "PNG")
+    os.symlink(real, tmp_path / "link.png")
+    for name in ("pipe", "dir"):
+        with pytest.raises(ContainerError) as e:
+            read_document(tmp_path / name, 1 << 20)  # opening the FIFO would block forever
+        assert _reason(e) is Reason.NOT_A_REGULAR_FILE
+    assert read_document(tmp_path / "link.png", 1 << 20) == real.read_bytes()
+    with pytest.raises(ContainerError) as e:
+        read_document(tmp_path / "link.png", 1 << 20, follow_symlinks=False)
+    assert _reason(e) is Reason.NOT_A_REGULAR_FILE
+    with pytest.raises(ContainerError) as e:
+        read_document(real, real.stat().st_size - 1)
+    assert _reason(e) is Reason.TOO_LARGE
+    with pytest.raises(ContainerError) as e:
+        read_document(tmp_path / "gone.png", 1 << 20)
+    assert _reason(e) is Reason.CHANGED_DURING_RUN

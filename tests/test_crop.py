@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.config import PrepareSettings
 from pipeline.datamodel import DocumentRef, PreparedImage
+from pipeline.ingest import sha256_file
 from pipeline.prepare import prepare_page
 from pipeline.prepare.crop import crop_to_document, find_document
 from synth import conditions as C
@@ -71,7 +72,7 @@ def test_prepare_page_keeps_the_flatbed_card_at_scan_resolution(tmp_path: Path) 
     page = C.flatbed(rendered.image, random.Random(11))
     path = tmp_path / "flatbed.jpg"
     page.save(path, quality=92)
-    prepared = prepare_page(DocumentRef(path, path.name, "0" * 64), PrepareSettings())
+    prepared = prepare_page(DocumentRef(path, path.name, sha256_file(path)), PrepareSettings())
     assert isinstance(prepared, PreparedImage)
     assert prepared.original_size == page.size
     card_w = rendered.image.width * C._FLATBED_SCALE
@@ -91,7 +92,7 @@ def test_small_pages_are_not_cropped(tmp_path: Path) -> None:
     page = C.small(C.flatbed(_td1(5).image, random.Random(5)), random.Random(5), long_edge=2000)
     path = tmp_path / "page.png"
     page.save(path)
-    prepared = prepare_page(DocumentRef(path, path.name, "0" * 64), PrepareSettings())
+    prepared = prepare_page(DocumentRef(path, path.name, sha256_file(path)), PrepareSettings())
     assert isinstance(prepared, PreparedImage)
     full = prepared.full_pixels if prepared.full_pixels is not None else prepared.pixels
     assert max(full.shape[:2]) >= 1990  # the whole page

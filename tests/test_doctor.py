@@ -163,3 +163,42 @@ def test_port_held_by_a_process_that_never_answers() -> None:
         name, detail, fix = failed(check(f"http://127.0.0.1:{port}/v1", timeout_s=0.5))
     assert name == "text ping" and "no answer" in detail
     assert "stuck vLLM may hold the port" in fix and f"sport = :{port}" in fix
+
+
+def test_vllm_backend_checks_every_pool_endpoint_not_the_api(serve: Callable[..., ChatServer], monkeypatch,
+                                                             tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    pool = [serve(base_path="/v1", model="pool-vlm") for _ in range(2)]
+    api = serve(model="api-model")  # the OpenAI settings point here: it must not be asked
+    monkeypatch.chdir(tmp_path)  # no .env
+    monkeypatch.setenv("IDFLOW_VLLM_ENDPOINTS", ",".join(s.base_url for s in pool))
+    monkeypatch.setenv("IDFLOW_VLLM_MODEL", "pool-vlm")
+    monkeypatch.setenv("IDFLOW_VLLM_API_KEY", KEY)
+    monkeypatch.setenv("TAOTOKEN_BASE_URL", api.base_url)
+    monkeypatch.setenv("TAOTOKEN_API_KEY", KEY)
+    monkeypatch.setenv("TAOTOKEN_MODEL", "api-model")
+    result = CliRunner().invoke(app, ["doctor", "--backend", "vllm"])
+    assert result.exit_code == 0, result.output
+    assert [len(s.chat_requests()) for s in pool] == [3, 3] and api.requests == []
+    assert all(s.base_url in result.output for s in pool) and KEY not in result.output
+
+    monkeypatch.setenv("IDFLOW_VLLM_MODEL", "other-vlm")  # a model the servers do not serve
+    result = CliRunner().invoke(app, ["doctor", "--backend", "vllm"])
+    assert result.exit_code == 1
+    assert "set IDFLOW_VLLM_MODEL to one of: pool-vlm" in " ".join(result.output.split())
+
+
+def test_vllm_backend_without_endpoints_is_a_configuration_error(monkeypatch, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("IDFLOW_VLLM_ENDPOINTS", raising=False)
+    monkeypatch.setenv("IDFLOW_VLLM_API_KEY", KEY)
+    monkeypatch.setenv("IDFLOW_VLLM_STATE_DIR", str(tmp_path / "state"))
+    result = CliRunner().invoke(app, ["doctor", "--backend", "vllm"])
+    assert result.exit_code == 2 and "IDFLOW_VLLM_ENDPOINTS" in result.output and KEY not in result.output

@@ -1,5 +1,5 @@
-"""The failure queue as a work list (plain functions, no Prefect): which entries are retried, attempts, and
-resolutions recorded without deleting anything."""
+"""The failure queue as current state and work list (plain functions, no Prefect): one row per failing
+document with its attempts, which entries are retried, and resolutions recorded without deleting anything."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from PIL import Image
 
 from pipeline.config import Settings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
-from pipeline.failure_queue import open_entries, read_resolutions, retry_failures
+from pipeline.failure_queue import current_failures, input_dirs, locate, open_entries, read_resolutions
+from pipeline.retry import retry_failures
 from pipeline.ingest import sha256_file
 from pipeline.store import (FAILURE_SCHEMA, FAILURES, RESULT_SCHEMA, RESULTS, failure_row, read_table, write_part,
                             write_run_summary)
@@ -25,13 +26,15 @@ FIELDS = {"doc_type": "passport", "name": "TEST PERSON", "id_number": None, "exp
 
 
 class FakeBackend:
-    """Answers every page with valid fields, or with a request failure when `down`."""
+    """Answers every page with valid fields, a request failure when `down`, or raises (a bug) when `internal`."""
 
-    def __init__(self, down: bool = False) -> None:
-        self.name, self.down, self.calls = "ocr", down, 0
+    def __init__(self, down: bool = False, internal: bool = False) -> None:
+        self.name, self.down, self.internal, self.calls = "ocr", down, internal, 0
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
         self.calls += len(batch)
+        if self.internal:
+            raise RuntimeError("a bug in a backend")
         if self.down:
             return [Failure.for_ref(p.ref, "request", Reason.ENDPOINT_UNAVAILABLE, "connection refused",
                                     backend=self.name) for p in batch]
@@ -71,8 +74,8 @@ def test_open_entries_group_by_document_and_locate_the_file(queue: tuple[Path, P
     assert done == []
     by_path = {e.source_path: e for e in entries}
     assert by_path["a.png"].retryable and by_path["a.png"].attempts == 1
-    assert by_path["a.png"].path == inbox / "a.png"
-    assert not by_path["b.png"].retryable and by_path["b.png"].path is None
+    assert locate(by_path["a.png"], input_dirs(out)) == inbox / "a.png"
+    assert not by_path["b.png"].retryable
 
 
 def test_retry_resolves_retryable_entries_and_keeps_every_row(queue: tuple[Path, Path]) -> None:
@@ -120,14 +123,68 @@ def test_result_from_a_later_run_resolves_the_entry(queue: tuple[Path, Path]) ->
     assert [(r["run_id"], r["how"]) for r in read_resolutions(out).to_pylist()] == [("r9", "result_exists")]
 
 
-def test_entries_of_another_backend_wait_for_that_backend(tmp_path: Path) -> None:
+def test_entries_of_any_backend_are_retried_with_the_one_asked_for(tmp_path: Path) -> None:
+    inbox, out = tmp_path / "in", tmp_path / "out"
+    inbox.mkdir()
+    for name, shade in (("a.png", 0), ("b.png", 90), ("c.png", 180)):
+        Image.fromarray(np.full((320, 480, 3), shade, np.uint8)).save(inbox / name)
+    fail("r1", inbox, "a.png", Reason.TIMEOUT, out, backend="openai")
+    fail("r1", inbox, "b.png", Reason.SERVER_ERROR, out, backend="hybrid")
+    fail("r1", inbox, "c.png", Reason.ENDPOINT_UNAVAILABLE, out, backend="batch")
+    write_run_summary(out, {"run_id": "r1", "input_dir": str(inbox), "accounted": True})
+    backend = FakeBackend()
+    report = retry(out, backend, "r2")
+    assert report.resolved == 3 and backend.calls == 3
+    assert set(read_table(out, RESULTS, ["backend"]).column("backend").to_pylist()) == {"ocr"}
+    assert current_failures(out).num_rows == 0
+
+
+def test_internal_errors_get_one_more_attempt(tmp_path: Path) -> None:
     inbox, out = tmp_path / "in", tmp_path / "out"
     inbox.mkdir()
     Image.fromarray(np.zeros((320, 480, 3), np.uint8)).save(inbox / "a.png")
-    fail("r1", inbox, "a.png", Reason.TIMEOUT, out, backend="openai")
+    fail("r1", inbox, "a.png", Reason.INTERNAL_ERROR, out)
     write_run_summary(out, {"run_id": "r1", "input_dir": str(inbox), "accounted": True})
-    backend = FakeBackend()
-    assert retry(out, backend, "r2").other_backend == 1 and backend.calls == 0
+    broken = FakeBackend(internal=True)
+    assert retry(out, broken, "r2").still_failing == {"internal_error": 1} and broken.calls == 1
+    again = FakeBackend()
+    report = retry(out, again, "r3")
+    assert report.exhausted == 1 and again.calls == 0  # 2 attempts in total, then a person
+    (row,) = current_failures(out).to_pylist()
+    assert (row["reason"], row["attempts"]) == ("internal_error", 2)
+
+
+def test_a_document_failing_on_three_runs_is_one_entry_with_three_attempts(queue: tuple[Path, Path]) -> None:
+    inbox, out = queue
+    for run in ("r2", "r3"):
+        fail(run, inbox, "b.png", Reason.CHECKSUM_FAILED, out)
+    rows = {r["source_path"]: r for r in current_failures(out).to_pylist()}
+    assert set(rows) == {"a.png", "b.png"}
+    assert rows["b.png"]["attempts"] == 3 and rows["b.png"]["run_ids"] == ["r1", "r2", "r3"]
+    assert rows["b.png"]["run_id"] == "r3" and rows["b.png"]["first_failed_at"] < rows["b.png"]["failed_at"]
+    assert rows["a.png"]["attempts"] == 1
+    assert read_table(out, FAILURES).num_rows == 4  # the history keeps every attempt
+
+
+def test_a_later_result_closes_an_entry_and_a_later_failure_reopens_it(queue: tuple[Path, Path]) -> None:
+    inbox, out = queue
+    assert retry(out, FakeBackend(), "r2").resolved == 1
+    assert {r["source_path"] for r in current_failures(out).to_pylist()} == {"b.png"}
+    fail("r3", inbox, "a.png", Reason.TIMEOUT, out)  # e.g. a forced run with other settings failed it again
+    (row,) = [r for r in current_failures(out).to_pylist() if r["source_path"] == "a.png"]
+    assert row["attempts"] == 2 and row["run_id"] == "r3"
+
+
+def test_unhashed_ingest_failures_are_kept_by_path(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for run in ("r1", "r2"):
+        failure = Failure("locked.png", None, None, "ingest", Reason.UNREADABLE, "cannot read file")
+        row = failure_row(failure, fingerprint="f", run_id=run)
+        write_part(out, FAILURES, FAILURE_SCHEMA, [row], run_id=run, run_date=row["failed_at"].date(), part=0)
+    (row,) = current_failures(out).to_pylist()
+    assert (row["source_path"], row["attempts"], row["sha256"]) == ("locked.png", 2, None)
+    report = retry(out, FakeBackend(), "r3")
+    assert report.for_a_person == 1
 
 
 def test_each_extractor_holds_one_request_slot(queue: tuple[Path, Path]) -> None:

@@ -169,3 +169,72 @@ def test_real_specimens_with_rapidocr(realdata_dir: Path, ocr, rel_path: str) ->
     assert reading.fields["name"].casefold() == truth["name"].casefold()
     assert reading.fields["id_number"] == truth["id_number"]
     assert reading.fields["expiry_date"] == truth["expiry_date"]
+
+
+# --------------------------------------------------------------------- names must look like names
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("ERIKSSON ANNA MARIA", True), ("O'NEILL SEAN", True), ("JEAN-PIERRE", True), ("MÜLLER JÖRG", True),
+    ("张三", True), ("阿依古丽·买买提", True),
+    ("SG3GI9DECZOOSIOJANZO34", False), ("", False), (None, False), ("A", False), ("- -", False),
+    ("MARIE, ANNE", False), ("ANNA<MARIA", False), ("JOHN 2", False),
+])
+def test_looks_like_name(text: str | None, ok: bool) -> None:
+    from pipeline.fields.names import looks_like_name
+
+    assert looks_like_name(text) is ok
+
+
+def _with_name_line(name_field: str) -> list[str]:
+    return [("P<UTO" + name_field).ljust(44, "<"), TD3[1]]
+
+
+def test_zone_debris_is_never_a_name() -> None:
+    # digits survive the name-field repair (3, 4, 9 have no letter twin): not a name, whatever its score
+    debris = _with_name_line("SG3GI9DECZOOSIOJANZO34")
+    r = read_document(page("PASSPORT", *debris), TODAY)
+    assert r.fields["name"] is None and states(r)["name"] == "unreadable"
+    assert "name.shape" in r.check_failures
+    assert r.fields["id_number"] == "L898902C3"  # check-digit protected fields are unaffected
+    # with a labelled printed name the page still has one source, read at heuristic confidence
+    r = read_document(page("Surname", "ERIKSSON", "Given names", "ANNA MARIA", *debris), TODAY)
+    assert r.fields["name"] == "ERIKSSON ANNA MARIA" and r.states["name"].confidence <= 0.5
+
+
+def test_zone_and_printed_names_that_contradict_are_unreadable() -> None:
+    r = read_document(page("Surname", "SMITH", "Given names", "JOHN", *TD3), TODAY)
+    assert r.fields["name"] is None and states(r)["name"] == "unreadable"
+    assert "cross.name_mrz_vs_viz" in r.check_failures
+    assert r.fields["id_number"] == "L898902C3" and r.fields["expiry_date"] == "2012-04-15"
+
+
+def test_printed_name_that_is_not_a_name_is_not_stored() -> None:
+    r = read_document(page("Surname", "12345", "Given names", "6789", "Passport No", "X1234567"), TODAY)
+    assert r.fields["name"] is None and states(r)["name"] == "unreadable"
+
+
+# ------------------------------------------------------------------ TD2 cards and MRV-B visas
+
+# ICAO 9303 Part 6 (TD2) and Part 7 (MRV-B) specimens.
+TD2 = ["I<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<", "D231458907UTO7408122F1204159<<<<<<<6"]
+MRVB = ["V<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<", "L8988901C4XXX4009078F9612109<<<<<<<<"]
+
+
+@pytest.mark.parametrize(("zone", "doc_type", "number", "expiry"), [
+    (TD2, "id_card", "D23145890", "2012-04-15"), (MRVB, "visa", "L8988901C", "1996-12-10")])
+def test_td2_and_mrvb_pages_with_ocr_noise(zone: list[str], doc_type: str, number: str, expiry: str) -> None:
+    noisy = [zone[0].replace("<<<<", "KKKK"), zone[1][:20] + " " + zone[1][20:].replace("<", "«")]
+    for lines in (zone, noisy):
+        r = read_document(page("UTOPIA", *lines), TODAY)
+        assert r.doc_type == doc_type
+        assert r.fields == {"name": "ERIKSSON ANNA MARIA", "id_number": number, "expiry_date": expiry}
+        assert {"mrz.number", "mrz.birth", "mrz.expiry"} <= set(r.checks)
+        assert ("mrz.composite" in r.checks) is (doc_type == "id_card")  # visas have no composite digit
+
+
+def test_lone_filler_read_as_k_is_split_only_where_the_page_shows_the_words() -> None:
+    glued = [TD3[0].replace("ANNA<MARIA", "ANNAKMARIA"), TD3[1]]
+    r = read_document(page("Surname", "ERIKSSON", "Given names", "ANNA MARIA", *glued), TODAY)
+    assert r.fields["name"] == "ERIKSSON ANNA MARIA" and "cross.name_mrz_vs_viz" in r.checks
+    # without the printed words the zone is read as printed: KMARIA could be a name
+    assert read_document(page(*glued), TODAY).fields["name"] == "ERIKSSON ANNAKMARIA"

@@ -80,7 +80,8 @@ def test_cheminfo_vectors(vectors: dict) -> None:
         non_icao = "french" in case["file"].lower() or "swiss" in case["file"].lower()
         if "expected_exception" in case or non_icao:
             # 4 lines / wrong widths, French national ID (pre-2021, not ICAO TD2) and driving licences:
-            # not ICAO 9303 layouts, so not decoded at all rather than decoded wrongly.
+            # not ICAO 9303 layouts, so not decoded here at all rather than decoded wrongly (the French
+            # ones are decoded by french_id / driving_licence: tests/test_fields_french_id.py, ..._licence.py).
             assert result is None, case["test"]
             if "autocorrect_input" in case:
                 assert mrz.find(case["autocorrect_input"], TODAY) is None
@@ -280,3 +281,13 @@ def test_yymmdd_century_windows() -> None:
     assert yymmdd("000229", kind="birth", today=today) == date(2000, 2, 29)
     assert yymmdd("230230", kind="expiry", today=today) is None
     assert yymmdd("12O415", kind="expiry", today=today) is None
+
+
+def test_find_td1_first_line_that_lost_its_fillers_behind_a_digit_line() -> None:
+    # German ID card (evermeer specimen) as RapidOCR reads it: line 1 lost 7 trailing fillers, and a short
+    # digit-rich line ("160 cm") above the zone must not be glued in front of it (that reading passed a
+    # number check by chance and stored 'IDDT22D').
+    lines = ["160 cm", "IDD<<T220001293<<<<<<<<", "6408125<2010315D<<<<<<<<<<<<<4", "MUSTERMANN<<ERIKA<<<<<<<"]
+    r = mrz.find(lines, TODAY)
+    assert r is not None and r.valid
+    assert (r.number, r.name, r.expiry_date) == ("T22000129", "MUSTERMANN ERIKA", date(2020, 10, 31))

@@ -9,7 +9,7 @@ import logging
 import socket
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -22,6 +22,7 @@ from pipeline.config import OpenAISettings
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason
 
 from tests.support.chat_server import VALID_ANSWER, ChatServer, image_sha256
+from tests.support.prefect_server import wait_for
 
 KEY = "sk-test-7f3a9c2e5b1d4f60a8e2"
 Outcome = Extraction | Failure
@@ -308,12 +309,19 @@ def test_mixed_faults_every_page_once_and_bounded(serve: Callable[..., ChatServe
 
 
 def test_in_flight_requests_are_bounded(serve: Callable[..., ChatServer]) -> None:
-    server = serve(latency_s=0.1)
-    started = time.monotonic()
-    results = run(settings_for(server), [make_page(i) for i in range(20)], concurrency=5)
-    assert all(isinstance(r, Extraction) for r in results)
-    assert server.peak_in_flight == 5
-    assert time.monotonic() - started >= 0.4  # 20 pages / 5 slots * 0.1 s
+    hold = threading.Event()
+    server = serve(hold=hold)  # answers wait until the test has seen the cap reached
+    results: list[Extraction | Failure] = []
+    runner = threading.Thread(target=lambda: results.extend(
+        run(settings_for(server), [make_page(i) for i in range(20)], concurrency=5)))
+    runner.start()
+    try:
+        wait_for(lambda: server.in_flight == 5, 60, "5 requests in flight", every=0.01)
+    finally:
+        hold.set()
+        runner.join(timeout=120)
+    assert len(results) == 20 and all(isinstance(r, Extraction) for r in results)
+    assert server.peak_in_flight == 5  # reached while held (above), never exceeded
 
 
 @pytest.mark.parametrize(("url", "message"), [

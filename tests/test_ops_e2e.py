@@ -97,7 +97,10 @@ def upload_run(stack: OpsStack) -> UploadRun:
 
     wait_for(ready, 240, "idflow serve to register its deployments and trigger", every=2)
     stack.idflow("watch", "watch", str(stack.inbox))
-    time.sleep(3)  # the watcher is up; the folder is created after it started (the restart path is unit-tested)
+    # The watcher is up; the folder is created after it started (its first scan also covers the moment before
+    # the OS watch was set; the restart path is unit-tested).
+    wait_for(lambda: "watching " in stack.log("watch") or stack.alive("watch"), 240, "idflow watch to start",
+             every=0.2)
     folder = make_upload(stack.inbox, "batch-001")
 
     def finished() -> list:

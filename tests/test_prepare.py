@@ -16,6 +16,7 @@ from PIL import Image
 from pipeline.config import PrepareSettings
 from pipeline.containers import ContainerError
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason
+from pipeline.ingest import sha256_file
 from pipeline.prepare import FULL_MAX_LONG_EDGE, prepare_page
 from pipeline.prepare.load import load_page
 from pipeline.prepare.orient import (
@@ -42,7 +43,7 @@ SPECIMENS = [
 
 
 def _ref(path: Path, page: int = 0) -> DocumentRef:
-    return DocumentRef(path=path, rel_path=path.name, sha256="0" * 64, page=page)
+    return DocumentRef(path=path, rel_path=path.name, sha256=sha256_file(path), page=page)
 
 
 def _load(path: Path) -> np.ndarray:

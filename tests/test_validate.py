@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record
-from pipeline.validate import field_errors, validate
+from pipeline.validate import field_errors, semantic_problems, validate
 
 REF = DocumentRef(path=Path("x.png"), rel_path="x.png", sha256="0" * 64)
 PREPARED = PreparedImage(ref=REF, pixels=np.zeros((32, 64, 3), np.uint8), original_size=(64, 32),
@@ -73,3 +73,14 @@ def test_field_errors_for_repair_prompts() -> None:
     assert field_errors(VALID_CN) == []
     errors = field_errors({**VALID_CN, "expiry_date": "2030/01/01"})
     assert errors and errors[0].startswith("expiry_date")
+
+
+def test_a_name_that_is_not_a_name_is_refused_whatever_the_backend() -> None:
+    """MRZ debris or digits in a VLM's name: a schema violation (the repair turn quotes it), never stored."""
+    for name in ("SG3GI9DECZOOSIOJANZO34", "JOHN2 SMITH", "<<SMITH"):
+        problems = semantic_problems({"doc_type": "passport", "name": name, "id_number": None,
+                                      "expiry_date": None, "orientation": "landscape"})
+        assert [(r, d.split(":")[0]) for r, d in problems] == [(Reason.SCHEMA_VIOLATION, "name.shape")], name
+    for name in ("O'NEILL MARY-JANE", "张伟", "ERIKSSON ANNA MARIA"):
+        assert semantic_problems({"doc_type": "passport", "name": name, "id_number": None, "expiry_date": None,
+                                  "orientation": "landscape"}) == [], name

@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator
@@ -29,6 +28,7 @@ from pipeline.vllm.command import ServerSpec
 from pipeline.vllm.settings import VllmSettings
 from tests.support.chat_server import ChatServer, ServerConfig
 from tests.support.pages import make_page
+from tests.support.prefect_server import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "sk-pool-test-5d1e9a"
@@ -103,9 +103,7 @@ def test_load_spreads_across_endpoints(launch_pool: LaunchPool, state_dir: Path)
         finally:
             await pool.aclose()
 
-    started = time.monotonic()
     results = asyncio.run(go())
-    elapsed = time.monotonic() - started
     assert_one_per_page(pages, results)
     assert all(isinstance(r, Extraction) and r.backend == "vllm" and r.attempts == 1 for r in results)
     by_endpoint = Counter(r.endpoint for r in results)
@@ -114,8 +112,7 @@ def test_load_spreads_across_endpoints(launch_pool: LaunchPool, state_dir: Path)
     for server in servers:
         stats = server_stats(server)
         assert stats["chat_requests"] == by_endpoint[server.base_url] + 1  # + the readiness request
-        assert stats["peak_in_flight"] <= 4  # the per-endpoint cap holds
-    assert elapsed < 36 * 0.1 / 2  # really concurrent across servers
+        assert 2 <= stats["peak_in_flight"] <= 4  # concurrent, and the per-endpoint cap holds
     # The pool wrote its counters for `idflow vllm status`.
     rows = launcher.status(state_dir)
     assert [r.pool["served"] for r in rows] == [by_endpoint[s.base_url] for s in servers]
@@ -255,12 +252,11 @@ def test_down_kills_a_server_that_ignores_sigterm(state_dir: Path) -> None:
                                              "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); "
                                              "time.sleep(60)"], env={}, host="127.0.0.1", port=free_port())
     [(server, popen)] = launcher.start([stubborn], state_dir, api_key=KEY)
-    try:
-        time.sleep(0.3)  # let it install its handler
-        started = time.monotonic()
+    try:  # "up" is printed once SIGTERM is ignored
+        wait_for(lambda: "up" in Path(server.log).read_text(), 60, "the server's handler", every=0.05)
         messages: list[str] = []
         assert launcher.down(state_dir, timeout_s=0.5, report=messages.append) == 1
-        assert "killed after 0.5 s" in messages[0] and time.monotonic() - started < 5
+        assert "killed after 0.5 s" in messages[0]
         assert popen.poll() is not None
     finally:
         if popen.poll() is None:

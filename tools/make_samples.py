@@ -3,6 +3,10 @@
 
     python tools/make_samples.py data/sample                      # the committed sample set
     python tools/make_samples.py /tmp/eval --set eval --count 300 --seed 7 [--jobs 2]
+    python tools/make_samples.py /tmp/hard --set hard --count 120 --seed 101 [--conditions glare,occlusion]
+
+The hard set (synth/hard.py: watermark, glare, hologram, dark phone photo, 512 px, motion blur, JPEG 15,
+moiré, occluded MRZ line, photos at 90/180/270) is tuning material: tune on seed 101, evaluate on 202.
 
 The output is a pure function of (--set, --count, --seed): re-running gives byte-identical files.
 The sample set writes ground_truth.json, the eval set manifest.json (same shape plus "condition").
@@ -17,15 +21,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from synth.sample_set import SAMPLE_SEED, build_eval, build_sample  # noqa: E402
+from synth.hard import HARD_CONDITIONS  # noqa: E402
+from synth.sample_set import SAMPLE_SEED, build_eval, build_hard, build_sample  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir", type=Path)
-    ap.add_argument("--set", dest="set_", choices=("sample", "eval"), default="sample")
+    ap.add_argument("--set", dest="set_", choices=("sample", "eval", "hard"), default="sample")
     ap.add_argument("--count", type=int, default=300, help="documents in the eval set (ignored for sample)")
     ap.add_argument("--seed", type=int, default=None, help=f"default: {SAMPLE_SEED} (sample) / 7 (eval)")
+    ap.add_argument("--conditions", default=None, help="hard set only: comma-separated condition names")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes for the eval set")
     args = ap.parse_args(argv)
 
@@ -36,7 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.count < 1:
             ap.error("--count must be >= 1")
-        truth = build_eval(args.out_dir, args.count, 7 if args.seed is None else args.seed, jobs=args.jobs)
+        if args.set_ == "hard":
+            names = args.conditions.split(",") if args.conditions else None
+            if names and set(names) - set(HARD_CONDITIONS):
+                ap.error(f"--conditions: choose from {', '.join(HARD_CONDITIONS)}")
+            truth = build_hard(args.out_dir, args.count, 101 if args.seed is None else args.seed, jobs=args.jobs,
+                               conditions=names)
+        else:
+            truth = build_eval(args.out_dir, args.count, 7 if args.seed is None else args.seed, jobs=args.jobs)
         what = "manifest.json"
     files = [p for p in args.out_dir.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)

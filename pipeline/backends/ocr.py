@@ -5,6 +5,10 @@ flatbed scan is small print; the OCR reads the upright page at up to 2400 px whe
 Why it may read a page twice: orientation between 0° and 180° is sometimes a coin flip on sparse cards, so
 when the first reading passes no check the page is read upside down too and the reading whose checksums
 pass wins (a check digit is stronger evidence than a classifier's vote).
+Why it may read the MRZ once more: when an MRZ left a field unreadable, failed a check digit or gave a name
+the printed zone does not confirm (or no MRZ decoded on a page that is not a PRC ID), `mrz_reread` cuts the
+zone out, straightens, upscales and re-contrasts it and re-recognises its lines; that costs up to two thirds of a
+first pass, so it runs only on those pages.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from importlib.metadata import version
 
 import numpy as np
 
+from pipeline import calibration
+from pipeline.backends import mrz_reread
 from pipeline.datamodel import Extraction, Failure, PreparedImage
 from pipeline.fields.document import DocumentReading, OcrLine, read_document
 
@@ -40,6 +46,25 @@ def _engine():  # noqa: ANN202 - RapidOCR has no public type to annotate with
     return engine
 
 
+def _recogniser():  # noqa: ANN202
+    """Recognition only (no detection, no classifier), for line strips cut out by `mrz_reread`."""
+    engine = getattr(_local, "recogniser", None)
+    if engine is None:
+        from rapidocr import RapidOCR
+
+        engine = RapidOCR(params={"Global.log_level": "error", "Global.use_det": False, "Global.use_cls": False})
+        _local.recogniser = engine
+    return engine
+
+
+def recognise_line(bgr: np.ndarray) -> tuple[str, float]:
+    """Text and score of one line image (BGR)."""
+    result = _recogniser()(bgr)
+    if not result.txts:
+        return "", 0.0
+    return result.txts[0], float(result.scores[0])
+
+
 def ocr_lines(pixels: np.ndarray) -> list[OcrLine]:
     """Run RapidOCR on an RGB array and return its lines in reading order."""
     result = _engine()(np.ascontiguousarray(pixels[:, :, ::-1]))  # RapidOCR expects OpenCV's BGR
@@ -56,11 +81,57 @@ def read_page(pixels: np.ndarray, today: date) -> tuple[DocumentReading, int]:
 
     Returns the reading and the extra rotation (0 or 180) that produced it.
     """
-    reading = read_document(ocr_lines(pixels), today)
-    if reading.checks:
-        return reading, 0
-    flipped = read_document(ocr_lines(np.ascontiguousarray(pixels[::-1, ::-1])), today)
-    return (flipped, 180) if flipped.score > reading.score else (reading, 0)
+    lines = ocr_lines(pixels)
+    reading = read_document(lines, today)
+    rotation = 0
+    if not reading.checks:
+        flipped_pixels = np.ascontiguousarray(pixels[::-1, ::-1])
+        flipped_lines = ocr_lines(flipped_pixels)
+        flipped = read_document(flipped_lines, today)
+        if flipped.score > reading.score:
+            pixels, lines, reading, rotation = flipped_pixels, flipped_lines, flipped, 180
+    if needs_second_reading(reading):
+        reading = second_reading(pixels, lines, reading, today)
+    return reading, rotation
+
+
+_MRZ_FIELDS = ("name", "id_number", "expiry_date")
+
+
+def needs_second_reading(reading: DocumentReading) -> bool:
+    """No MRZ decoded on a page that is not a PRC ID (whose sides have none), or an MRZ that left a field
+    unreadable, failed a check digit or gave a name the printed zone does not confirm."""
+    if reading.doc_type == "cn_id":
+        return False
+    decoded = any(c.startswith("mrz.") for c in reading.checks + reading.check_failures)
+    if not decoded:
+        return True
+    unreadable = any(reading.states[k].state == "unreadable" for k in _MRZ_FIELDS if k in reading.states)
+    # the name line has no check digit: a name the printed zone does not confirm is worth a second look
+    unconfirmed = "cross.name_mrz_vs_viz" not in reading.checks
+    return unreadable or unconfirmed or any(c.startswith("mrz.") for c in reading.check_failures)
+
+
+def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentReading, today: date) -> DocumentReading:
+    """The best of the first reading and the MRZ re-readings. A re-reading replaces the first one only with
+    more evidence (more passed-minus-failed checks, or as many and more fields read) and never with fewer
+    fields read; among such re-readings the score that also ranks orientations decides. A re-reading that
+    merely scores higher on recognition confidence does not displace what the first pass read."""
+    def evidence(r: DocumentReading) -> tuple[int, int]:
+        return len(r.checks) - len(r.check_failures), _present(r)
+
+    best = first
+    for alternative in mrz_reread.reread(pixels, lines, recognise_line):
+        candidate = read_document(mrz_reread.replace_mrz(lines, alternative.lines), today)
+        if _present(candidate) < _present(first) or evidence(candidate) <= evidence(first):
+            continue
+        if (evidence(candidate), candidate.score) > (evidence(best), best.score):
+            best = candidate
+    return best
+
+
+def _present(reading: DocumentReading) -> int:
+    return sum(s.state == "present" for s in reading.states.values())
 
 
 class OcrBackend:
@@ -68,23 +139,27 @@ class OcrBackend:
 
     name = "ocr"
 
-    def __init__(self, *, workers: int = 1, today: date | None = None) -> None:
+    def __init__(self, *, workers: int = 1, today: date | None = None, calibrated: bool = True) -> None:
+        """`calibrated`: field confidences through the shipped calibration table (`pipeline.calibration`);
+        False gives the raw scores, which is what `tools/fit_calibration.py` fits the table on."""
         self._workers = asyncio.Semaphore(workers)
         self._today = today or date.today()
+        self._calibration = calibration.shipped() if calibrated else None
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
         return list(await asyncio.gather(*(self._one(p) for p in batch)))
 
     async def _one(self, prepared: PreparedImage) -> Extraction | Failure:
         async with self._workers:
-            return await asyncio.to_thread(self._extract_sync, prepared)
+            return await asyncio.to_thread(self.read, prepared)
 
-    def _extract_sync(self, prepared: PreparedImage) -> Extraction:
+    def read(self, prepared: PreparedImage) -> Extraction:
+        """Read one prepared page (blocking; CPU-bound)."""
         started = time.perf_counter()
         pixels = prepared.full_pixels if prepared.full_pixels is not None else prepared.pixels
         reading, extra_rotation = read_page(pixels, self._today)
         fields = {"doc_type": reading.doc_type, **reading.fields, "orientation": prepared.orientation}
-        return Extraction(
+        extraction = Extraction(
             ref=prepared.ref,
             fields=fields,
             backend=self.name,
@@ -95,6 +170,7 @@ class OcrBackend:
             latency_ms=(time.perf_counter() - started) * 1000,
             rotation_correction=extra_rotation,
         )
+        return self._calibration.apply(extraction) if self._calibration else extraction
 
     async def aclose(self) -> None:
         return None

@@ -20,7 +20,7 @@ _WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _CHECK_CHARS = "10X98765432"
 # First two digits: provinces, plus 71 Taiwan, 81/82 Hong Kong/Macau and 83 (residence permits for
 # Taiwan residents). Region codes below province level change over time and are not checked here.
-_PROVINCES = frozenset({11, 12, 13, 14, 15, 21, 22, 23, 31, 32, 33, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46,
+PROVINCES = frozenset({11, 12, 13, 14, 15, 21, 22, 23, 31, 32, 33, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46,
                         50, 51, 52, 53, 54, 61, 62, 63, 64, 65, 71, 81, 82, 83})
 _OCR_TO_DIGIT = str.maketrans({"O": "0", "o": "0", "D": "0", "I": "1", "l": "1", "|": "1", "x": "X",
                                "×": "X", "B": "8", "S": "5", "Z": "2"})
@@ -75,7 +75,7 @@ def is_valid_number(s: str, *, today: date | None = None) -> bool:
     if len(number) != 18 or not number[:17].isdigit() or number[17] not in "0123456789X":
         return False
     born = birth_date(number)
-    return (int(number[:2]) in _PROVINCES and born is not None and born <= (today or date.today())
+    return (int(number[:2]) in PROVINCES and born is not None and born <= (today or date.today())
             and check_char(number[:17]) == number[17])
 
 

@@ -1,9 +1,11 @@
 """Document reading: OCR lines of one page -> document type, the three record fields and their evidence.
 
-Order of trust: an MRZ (check digits) beats the printed visual zone; a PRC ID number (checksum) is read
-from the portrait side and the expiry from the emblem side. Anything not supported by text on the page
-stays None: a field the document type/side does not carry is `absent`, a field it should carry but that
-could not be read reliably is `unreadable`.
+Order of trust: a machine-readable zone (check digits: ICAO 9303, the 1988-2021 French ID card, EU
+driving licences) beats the printed visual zone; a PRC ID number (checksum) is read from the portrait side
+and the expiry from the emblem side. Anything not supported by text on the page stays None: a field the
+document type/side does not carry is `absent`, a field it should carry but that could not be read reliably
+is `unreadable`, and so is a field whose two readings contradict each other with nothing to decide between
+them, or a name that does not look like a name.
 """
 
 from __future__ import annotations
@@ -14,19 +16,24 @@ import unicodedata
 from dataclasses import dataclass, field
 from datetime import date
 from statistics import mean
-from typing import Literal, Sequence
+from typing import Literal, Protocol, Sequence
 
 from pipeline.datamodel import FIELD_NAMES, FieldReading
-from pipeline.fields import cn_id, mrz
+from pipeline.fields import cn_id, cn_permanent_residence, driving_licence, french_id, mrz
 from pipeline.fields.dates import parse_printed_dates
+from pipeline.fields.names import looks_like_name
 
-DocumentType = Literal["cn_id", "passport", "id_card", "visa", "unknown"]
+DocumentType = Literal["cn_id", "passport", "id_card", "visa", "driving_licence", "cn_permanent_residence",
+                       "unknown"]
 
 # Confidence multipliers: a failed check digit halves trust; a name has no check digit of its own.
 _CHECK_FAILED = 0.5
 _UNCHECKED_NAME = 0.85
 _CROSS_DISAGREES = 0.5
 _HEURISTIC = 0.5  # value found by position/shape rather than a label (visual zone without MRZ)
+# Below this similarity a printed name and a zone name are different names, not one name with a misprint
+# or OCR slip (ERIKKSON/ERIKSSON on the ICAO specimen): neither can be trusted over the other.
+_SAME_NAME_RATIO = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +211,18 @@ class _Builder:
     failures: list[str] = field(default_factory=list)
 
     def present(self, key: str, value: str, confidence: float) -> None:
+        if key == "name" and not looks_like_name(value):
+            self.failures.append("name.shape")
+            return self.unreadable(key)
         self.fields[key] = value
         self.states[key] = FieldReading(value, "present", round(min(max(confidence, 0.0), 1.0), 3))
 
     def absent(self, key: str) -> None:
         self.states[key] = FieldReading.absent()
+
+    def unreadable(self, key: str) -> None:
+        self.fields[key] = None
+        self.states[key] = FieldReading(None, "unreadable", 0.0)
 
     def finish(self, doc_type: DocumentType) -> DocumentReading:
         for key in FIELD_NAMES:
@@ -218,12 +232,43 @@ class _Builder:
         return DocumentReading(doc_type, self.fields, self.states, self.checks, self.failures, round(score, 3))
 
 
-def _read_mrz(zone: mrz.MrzResult, lines: Sequence[OcrLine], printed: _Printed, b: _Builder) -> None:
-    """Fields from the MRZ, cross-checked against the printed zone.
+class Zone(Protocol):
+    """What every machine-readable zone reader returns (`mrz.MrzResult`, `french_id.FrenchIdResult`,
+    `driving_licence.LicenceZone`): values are None where the zone does not carry them."""
 
-    The cross-checks pass when the MRZ value is printed elsewhere on the page (name words after
+    @property
+    def doc_type(self) -> DocumentType: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def number(self) -> str | None: ...
+    @property
+    def expiry_date(self) -> date | None: ...
+    @property
+    def checks_passed(self) -> list[str]: ...
+    @property
+    def checks_failed(self) -> list[str]: ...
+
+
+def _zone_score(zone: Zone) -> float:
+    return len(zone.checks_passed) - 0.5 * len(zone.checks_failed)
+
+
+def _find_zone(rows: list[str], today: date) -> Zone | None:
+    """The best-checked machine-readable zone on the page, whatever its format."""
+    found: list[Zone] = [z for z in (mrz.find(rows, today), french_id.find(rows, today),
+                                     driving_licence.find(rows, today)) if z is not None]
+    return max(found, key=_zone_score) if found else None
+
+
+def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: date, b: _Builder) -> None:
+    """Fields from the machine-readable zone, cross-checked against the printed zone.
+
+    The cross-checks pass when the zone value is printed elsewhere on the page (name words after
     transliteration; number verbatim). They fail only when a labelled printed value exists and differs:
-    label association is approximate, so absence of evidence is not treated as disagreement.
+    label association is approximate, so absence of evidence is not treated as disagreement. A name with
+    no check digit whose printed reading is a different name is unreadable: neither reading is evidence
+    for itself.
     """
     zone_boxes = [x for x in lines if x.text.count("<") >= 2 and len(x.text) >= 15]
     printed_boxes = [x for x in lines if x not in zone_boxes]
@@ -241,29 +286,95 @@ def _read_mrz(zone: mrz.MrzResult, lines: Sequence[OcrLine], printed: _Printed, 
         return 1.0
 
     viz_name = _printed_name(printed)
-    if zone.name:
+    truncated_surname = getattr(zone, "surname", None) if zone.doc_type == "driving_licence" else None
+    if zone.name and not looks_like_name(zone.name):  # zone debris (digits): as if the name line was lost
+        b.failures.append("name.shape")
+    if zone.name and looks_like_name(zone.name):
         words = {w for x in printed_boxes for w in _fold(x.text).split()}
-        agrees = set(zone.name.split()) <= words
-        disagrees = viz_name is not None and _fold(viz_name[0]) != _fold(zone.name)
-        factor = cross("cross.name_mrz_vs_viz", agrees, disagrees)
-        b.present("name", zone.name, base * factor * (1.0 if agrees else _UNCHECKED_NAME))
-    elif viz_name is not None:  # name line lost: the printed name is the only source
+        name = _split_glued_words(zone.name, words)
+        agrees = set(name.split()) <= words
+        disagrees = viz_name is not None and _fold(viz_name[0]) != _fold(name)
+        if not agrees and disagrees and \
+                difflib.SequenceMatcher(None, _fold(viz_name[0]), _fold(name)).ratio() < _SAME_NAME_RATIO:
+            b.failures.append("cross.name_mrz_vs_viz")
+            b.unreadable("name")
+        else:
+            factor = cross("cross.name_mrz_vs_viz", agrees, disagrees)
+            b.present("name", name, base * factor * (1.0 if agrees else _UNCHECKED_NAME))
+    elif viz_name is not None and truncated_surname:  # licence: the zone holds the surname's first 8 letters
+        if _fold(viz_name[0]).replace(" ", "").startswith(truncated_surname.replace(" ", "")):
+            b.checks.append("cross.name_mrz_vs_viz")
+            b.present("name", " ".join(viz_name[0].split()), viz_name[1] * _UNCHECKED_NAME)
+        else:
+            b.failures.append("cross.name_mrz_vs_viz")
+            b.unreadable("name")
+    elif viz_name is not None:  # name line lost or not decoded: the printed name is the only source
         b.present("name", " ".join(viz_name[0].split()), viz_name[1] * _HEURISTIC)
 
+    viz_number = printed.values.get("number")
     if zone.number:
         flat = {re.sub(r"\s+", "", x.text.upper()) for x in printed_boxes}
-        viz_number = printed.values.get("number")
         agrees = any(zone.number in t for t in flat)
         # visas print several document numbers (visa, passport), so a differing labelled one proves nothing
         disagrees = zone.doc_type != "visa" and viz_number is not None and \
             re.sub(r"\s+", "", viz_number[0].upper()) != zone.number
         factor = cross("cross.number_mrz_vs_viz", agrees, disagrees)
         b.present("id_number", zone.number, base * factor * _check_factor(zone, "mrz.number"))
+    elif zone.doc_type == "driving_licence" and viz_number is not None:  # issuer layout not decoded
+        b.present("id_number", re.sub(r"\s+", "", viz_number[0].upper()), viz_number[1] * _HEURISTIC)
+
+    born = getattr(zone, "birth_date", None)
+    if born is not None and any(born in parse_printed_dates(x.text, today=today) for x in printed_boxes):
+        b.checks.append("cross.birth_mrz_vs_viz")  # positive evidence only: a page prints several dates
     if zone.expiry_date is not None:
-        b.present("expiry_date", zone.expiry_date.isoformat(), base * _check_factor(zone, "mrz.expiry"))
+        factor = _expiry_factor(zone)
+        viz_expiry = printed.values.get("expiry")
+        if zone.doc_type == "driving_licence" and viz_expiry is not None:  # no expiry digit of its own
+            agrees = zone.expiry_date in parse_printed_dates(viz_expiry[0], today=today)
+            factor *= cross("cross.expiry_mrz_vs_viz", agrees, not agrees)
+        b.present("expiry_date", zone.expiry_date.isoformat(), base * factor)
+    elif isinstance(zone, french_id.FrenchIdResult):
+        _read_french_expiry(lines, today, b)
+    elif zone.doc_type == "driving_licence" and (viz_expiry := printed.values.get("expiry")) is not None:
+        dates = parse_printed_dates(viz_expiry[0], today=today)
+        if dates:
+            b.present("expiry_date", dates[0].isoformat(), viz_expiry[1] * _HEURISTIC)
 
 
-def _check_factor(zone: mrz.MrzResult, check: str) -> float:
+def _split_glued_words(name: str, printed_words: set[str]) -> str:
+    """A lone '<' between two names read as K glues them ("ANNAKMARIA"); split such a word at a K only
+    when both halves are printed on the page, i.e. when the page itself shows the separation."""
+    out = []
+    for word in name.split():
+        if word not in printed_words:
+            for i, c in enumerate(word):
+                if c == "K" and word[:i] in printed_words and word[i + 1:] in printed_words:
+                    word = f"{word[:i]} {word[i + 1:]}"
+                    break
+        out.append(word)
+    return " ".join(out)
+
+
+def _expiry_factor(zone: Zone) -> float:
+    """ICAO zones give the expiry its own check digit; a licence zone protects it by the composite only."""
+    check = "mrz.expiry" if isinstance(zone, mrz.MrzResult) else "mrz.composite"
+    return _check_factor(zone, check)
+
+
+def _read_french_expiry(lines: Sequence[OcrLine], today: date, b: _Builder) -> None:
+    """The CNI's zone has no expiry: the back's "valable jusqu'au" date, else absent (front only) or
+    unreadable (back shown, date not legible). Never derived from the issue month."""
+    texts = [x.text for x in lines]
+    found = french_id.printed_expiry(texts, today)
+    if found is not None:
+        b.present("expiry_date", found[1].isoformat(), lines[found[0]].score)
+    elif french_id.shows_back(texts):
+        b.unreadable("expiry_date")
+    else:
+        b.absent("expiry_date")
+
+
+def _check_factor(zone: Zone, check: str) -> float:
     return _CHECK_FAILED if check in zone.checks_failed else 1.0
 
 
@@ -311,6 +422,21 @@ def _read_cn(texts: list[str], lines: Sequence[OcrLine], today: date, b: _Builde
     return True
 
 
+def _read_permanent_residence(texts: list[str], lines: Sequence[OcrLine], today: date, b: _Builder) -> None:
+    """Fill from a Foreign Permanent Resident ID Card: checksum-valid number, labelled name, validity end."""
+    card = cn_permanent_residence.read_card(texts, today=today)
+    b.checks += card.checks
+    b.failures += card.check_failures
+    if card.number is not None:
+        penalty = _CROSS_DISAGREES if card.check_failures else 1.0
+        b.present("id_number", card.number, _line_score(lines, card.number) * penalty)
+    if card.name is not None:
+        b.present("name", card.name, _line_score(lines, card.name.split()[0]) * _UNCHECKED_NAME)
+    if card.valid_until is not None:
+        until = card.valid_until if isinstance(card.valid_until, str) else card.valid_until.isoformat()
+        b.present("expiry_date", until, _line_score(lines, until.replace("-", ".")))
+
+
 def _doc_type_from_words(texts: list[str]) -> DocumentType:
     words = _fold(" ".join(texts))
     if re.search(r"\bPAS+(PORT|APORTE|EPORT)\b", words):
@@ -318,6 +444,17 @@ def _doc_type_from_words(texts: list[str]) -> DocumentType:
     if re.search(r"\bIDENTI(TY|TE|DAD)\b|\bID CARD\b", words):
         return "id_card"
     return "unknown"
+
+
+def _add_licence_fields(lines: Sequence[OcrLine], printed: _Printed, today: date) -> None:
+    """A licence's printed fields are numbered (1. surname, 2. given names, 4b. expiry, 5. number), not
+    labelled: add them to the printed values where no label gave one."""
+    numbered = driving_licence.read_printed([x.text for x in lines], today)
+    for kind, found in (("surname", numbered.surname), ("given", numbered.given_names), ("number", numbered.number)):
+        if found is not None:
+            printed.values.setdefault(kind, (found[0], lines[found[1]].score))
+    if numbered.expiry is not None:
+        printed.values.setdefault("expiry", (numbered.expiry[0].strftime("%d.%m.%Y"), lines[numbered.expiry[1]].score))
 
 
 def read_document(lines: Sequence[OcrLine], today: date) -> DocumentReading:
@@ -332,10 +469,15 @@ def read_document(lines: Sequence[OcrLine], today: date) -> DocumentReading:
     b = _Builder()
     printed = _read_printed(ordered)
 
-    zone = mrz.find([" ".join(x.text for x in row) for row in rows], today)
+    zone = _find_zone([" ".join(x.text for x in row) for row in rows], today)
     if zone is not None:
-        _read_mrz(zone, ordered, printed, b)
+        if zone.doc_type == "driving_licence":
+            _add_licence_fields(ordered, printed, today)
+        _read_zone(zone, ordered, printed, today, b)
         return b.finish(zone.doc_type)
+    if cn_permanent_residence.is_card(texts):  # before 居民身份证: its title also says 中华人民共和国
+        _read_permanent_residence(texts, ordered, today, b)
+        return b.finish("cn_permanent_residence")
     if _read_cn(texts, ordered, today, b):
         return b.finish("cn_id")
 

@@ -26,6 +26,7 @@ MrzFormat = Literal["TD1", "TD2", "TD3", "MRVA", "MRVB"]
 DocType = Literal["passport", "id_card", "visa"]
 
 _ALPHABET = re.compile(r"[A-Z0-9<]+")
+FRENCH_ID_PREFIX = "IDFRA"  # first line of the 1988-2021 French ID card, which is 2x36 like TD2 but is not TD2
 _WIDTH: dict[MrzFormat, int] = {"TD1": 30, "TD2": 36, "TD3": 44, "MRVA": 44, "MRVB": 36}
 _LINES: dict[MrzFormat, int] = {"TD1": 3, "TD2": 2, "TD3": 2, "MRVA": 2, "MRVB": 2}
 _DOC_TYPE: dict[MrzFormat, DocType] = {"TD1": "id_card", "TD2": "id_card", "TD3": "passport",
@@ -47,7 +48,12 @@ def check_digit(s: str) -> int:
     return total % 10
 
 
-def _check_ok(data: str, digit: str) -> bool:
+def is_mrz_text(s: str) -> bool:
+    """Only A-Z, 0-9 and '<' (and not empty)."""
+    return _ALPHABET.fullmatch(s) is not None
+
+
+def check_ok(data: str, digit: str) -> bool:
     return digit.isdigit() and _ALPHABET.fullmatch(data) is not None and check_digit(data) == int(digit)
 
 
@@ -164,8 +170,8 @@ def _number_passes(raw: _Raw) -> bool:
         if len(rest) < 2:
             return False
         head, digit = raw.number + "<" + rest[:-1], rest[-1]
-        return _check_ok(head.replace("<", "", 1), digit) or _check_ok(head, digit)
-    return _check_ok(raw.number, raw.number_check)
+        return check_ok(head.replace("<", "", 1), digit) or check_ok(head, digit)
+    return check_ok(raw.number, raw.number_check)
 
 
 def _resolve_number(raw: _Raw, confirmed: Collection[str] | None) -> tuple[_Raw, bool]:
@@ -203,7 +209,7 @@ def _replace_number(raw: _Raw, number: str) -> _Raw:
 
 def _composite_ok(raw: _Raw) -> bool:
     return raw.composite_data is not None and raw.composite_check is not None and \
-        _check_ok(raw.composite_data, raw.composite_check)
+        check_ok(raw.composite_data, raw.composite_check)
 
 
 def _decode(fmt: MrzFormat, lines: Sequence[str], today: date, *, confirmed: Collection[str] | None = None,
@@ -217,11 +223,11 @@ def _decode(fmt: MrzFormat, lines: Sequence[str], today: date, *, confirmed: Col
         (passed if ok else failed).append(name)
 
     record("mrz.number", number_ok)
-    record("mrz.birth", _check_ok(raw.birth, raw.birth_check))
-    record("mrz.expiry", _check_ok(raw.expiry, raw.expiry_check))
+    record("mrz.birth", check_ok(raw.birth, raw.birth_check))
+    record("mrz.expiry", check_ok(raw.expiry, raw.expiry_check))
     if raw.personal is not None and raw.personal_check is not None:
         empty = raw.personal.strip("<") == ""
-        record("mrz.personal", (empty and raw.personal_check in "<0") or _check_ok(raw.personal, raw.personal_check))
+        record("mrz.personal", (empty and raw.personal_check in "<0") or check_ok(raw.personal, raw.personal_check))
     if raw.composite_data is not None:
         record("mrz.composite", _composite_ok(raw))
 
@@ -252,7 +258,7 @@ def _format_of(lines: Sequence[str]) -> MrzFormat | None:
         return "MRVA" if visa else "TD3"
     if len(lines) == 2 and width == 36:
         # The 1988-2021 French national ID card is 2x36 but not ICAO TD2 (different field layout).
-        return None if lines[0].startswith("IDFRA") else "MRVB" if visa else "TD2"
+        return None if lines[0].startswith(FRENCH_ID_PREFIX) else "MRVB" if visa else "TD2"
     return None
 
 
@@ -275,12 +281,18 @@ _TO_DIGIT = str.maketrans("OQDIZSGB", "00012568")
 _TO_ALPHA = str.maketrans("012568", "OIZSGB")
 
 
-def _clean(text: str, *, spaces_as_filler: bool) -> str:
+def clean_ocr_line(text: str, *, spaces_as_filler: bool) -> str:
+    """Upper case, filler look-alikes as '<', and spaces dropped or read as fillers."""
     s = unicodedata.normalize("NFKC", text).upper().translate(_FILLER_LOOKALIKES)
     return re.sub(r"\s+", "<" if spaces_as_filler else "", s.strip())
 
 
-def _looks_like_mrz(s: str) -> bool:
+def ocr_segments(lines: Sequence[str], *, spaces_as_filler: bool) -> list[str]:
+    """The cleaned OCR lines that may be MRZ text, in reading order (input to `assemble_lines`)."""
+    return [s for x in lines if looks_like_mrz(s := clean_ocr_line(x, spaces_as_filler=spaces_as_filler))]
+
+
+def looks_like_mrz(s: str) -> bool:
     """MRZ alphabet, and a filler (or a filler run read as KK) or mostly digits: keeps plain words
     (SPECIMEN, CANADA) out of line assembly, where they would be glued onto a real MRZ fragment."""
     if len(s) < 5 or sum(c.isascii() and (c.isalnum() or c == "<") for c in s) < 0.9 * len(s):
@@ -288,7 +300,7 @@ def _looks_like_mrz(s: str) -> bool:
     return "<" in s or "KK" in s or sum(c.isdigit() for c in s) >= 0.5 * len(s)
 
 
-def _repair_chars(line: str, classes: str) -> str:
+def repair_chars(line: str, classes: str) -> str:
     """Letter/digit swaps that the position class makes unambiguous (a date cannot contain 'O'), and
     filler runs read as K at the end of optional data (check digits then confirm or reject)."""
     out = []
@@ -308,7 +320,7 @@ def _repair_chars(line: str, classes: str) -> str:
 _NOISE_TOKEN = re.compile(r"[KS]{2,}")
 
 
-def _repair_name_field(field_text: str) -> str:
+def repair_name_field(field_text: str) -> str:
     """Undo the filler misreads OCR makes in the name field: '<' runs read as K (and S).
 
     Without any '<<' the field has lost all its filler runs, so K-runs are fillers (the surname/given
@@ -326,7 +338,7 @@ def _repair_name_field(field_text: str) -> str:
     return text + "<" * (len(field_text) - len(text))
 
 
-def _fit(line: str, width: int, is_name: bool) -> list[str]:
+def fit_width(line: str, width: int, is_name: bool) -> list[str]:
     """Candidate exact-width versions of an OCR line: first padded/truncated at the end (fillers are lost
     or doubled mostly at the end), then, for data lines off by one, a filler inserted or a character
     dropped at each position (shape and checks then pick the right one)."""
@@ -338,7 +350,7 @@ def _fit(line: str, width: int, is_name: bool) -> list[str]:
     return [as_read] + [line[:i] + line[i + 1:] for i in range(len(line) - 1)]
 
 
-def _shape_mismatches(line: str, classes: str) -> int:
+def shape_mismatches(line: str, classes: str) -> int:
     """Positions whose character contradicts the layout even after the OCR-confusion repair (an 'X' or a
     filler in a date, a '7' in a country code): how badly a length repair misaligned the line."""
     return sum((k == "d" and not c.isdigit()) or (k == "n" and c.isalpha()) or (k == "a" and c.isdigit())
@@ -356,20 +368,25 @@ def _decode_noisy(fmt: MrzFormat, lines: list[str], today: date, has_name_line: 
     often lost."""
     width = _WIDTH[fmt]
     name_index = 2 if fmt == "TD1" else 0
+    # Lines that may end in a run of fillers OCR drops: the name line, and TD1's first line (optional data).
+    tail_lines = {name_index, 0} if fmt == "TD1" else {name_index}
     for i, x in enumerate(lines):
-        if not (width // 2 <= len(x) <= width + 3 if i == name_index else abs(len(x) - width) <= max(3, width // 6)):
+        if not (width // 2 <= len(x) <= width + 3 if i in tail_lines else abs(len(x) - width) <= max(3, width // 6)):
             return None
     classes = _field_classes(fmt)
     name_start = 0 if fmt == "TD1" else 5
     per_line: list[list[tuple[str, int]]] = []
     for i, (line, cls) in enumerate(zip(lines, classes)):
         variants = []
-        for v in _fit(line, width, is_name=i == name_index):
-            fixed = _repair_chars(v, cls)
+        lost_tail = i == name_index or (i in tail_lines and len(line) < width - 1)
+        for v in fit_width(line, width, is_name=lost_tail):
+            fixed = repair_chars(v, cls)
             if i == name_index:
-                fixed = fixed[:name_start] + _repair_name_field(fixed[name_start:])
-            variants.append((fixed, _shape_mismatches(fixed, cls)))
+                fixed = fixed[:name_start] + repair_name_field(fixed[name_start:])
+            variants.append((fixed, shape_mismatches(fixed, cls)))
         per_line.append(variants)
+    if fmt == "TD2" and has_name_line and per_line[0][0][0].startswith(FRENCH_ID_PREFIX):
+        return None  # the 1988-2021 French ID card: 2x36 too, but its own layout (pipeline.fields.french_id)
     # A length repair (variant > 0: a filler inserted or a character dropped somewhere) already spends the
     # check digits' evidence on choosing where; such a reading must pass every check and contradict the
     # layout nowhere ('<' weighs 0 like '0', so a filler put where a zero was lost passes the checks).
@@ -415,7 +432,7 @@ def _convincing(r: MrzResult, mismatches: int, has_name_line: bool) -> bool:
     return mismatches <= 2 and len(r.checks_passed) >= 2
 
 
-def _assemble(segments: list[str], width: int) -> list[str]:
+def assemble_lines(segments: list[str], width: int) -> list[str]:
     """Rebuild MRZ lines of `width` from OCR segments: split segments holding several lines, join
     consecutive fragments of one line."""
     lines: list[str] = []
@@ -453,13 +470,17 @@ def find(lines: Sequence[str], today: date) -> MrzResult | None:
     best: MrzResult | None = None
     best_score = 0.0
     for spaces_as_filler in (False, True):
-        segments = [s for x in lines if _looks_like_mrz(s := _clean(x, spaces_as_filler=spaces_as_filler))]
+        segments = ocr_segments(lines, spaces_as_filler=spaces_as_filler)
         for fmt in ("TD3", "MRVA", "TD2", "MRVB", "TD1"):
-            assembled = _assemble(segments, _WIDTH[fmt])
             n = _LINES[fmt]
-            windows = [(assembled[i:i + n], True) for i in range(len(assembled) - n + 1)]
-            if n == 2:  # the name line may be lost (glare, low contrast): decode the data line alone
-                windows += [(["<" * _WIDTH[fmt], x], False) for x in assembled]
+            windows: dict[tuple[tuple[str, ...], bool], None] = {}
+            # Assembled from every starting segment too: a short digit-rich line above the zone ("160 cm")
+            # would otherwise be glued in front of a first line that lost its trailing fillers.
+            for start in range(len(segments)):
+                assembled = assemble_lines(segments[start:], _WIDTH[fmt])
+                windows.update(((tuple(assembled[i:i + n]), True), None) for i in range(len(assembled) - n + 1))
+                if n == 2:  # the name line may be lost (glare, low contrast): decode the data line alone
+                    windows.update(((("<" * _WIDTH[fmt], x), False), None) for x in assembled)
             for window, has_name in windows:
                 decoded = _decode_noisy(fmt, list(window), today, has_name, page_tokens)
                 if decoded is None or not _convincing(*decoded, has_name):

@@ -21,7 +21,10 @@ __all__ = ["FULL_MAX_LONG_EDGE", "Orientation", "encode", "fit_to_budget", "prep
 # beyond it only costs memory and detector time.
 FULL_MAX_LONG_EDGE = 2400
 
-_INGEST_REASONS = frozenset({Reason.EMPTY_FILE, Reason.UNSUPPORTED_TYPE, Reason.UNREADABLE, Reason.TOO_MANY_PIXELS})
+# Problems with the file itself (stage "ingest"), as opposed to its pixels (stage "preprocess").
+_INGEST_REASONS = frozenset({Reason.EMPTY_FILE, Reason.UNSUPPORTED_TYPE, Reason.UNREADABLE, Reason.TOO_MANY_PIXELS,
+                             Reason.NOT_A_REGULAR_FILE, Reason.BROKEN_SYMLINK, Reason.PATH_TOO_LONG,
+                             Reason.TOO_LARGE, Reason.CHANGED_DURING_RUN})
 
 
 def prepare_page(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool = True) -> PreparedImage | Failure:

@@ -3,15 +3,21 @@
 Why not just `convert("RGB")`: Pillow clips 16-bit samples to 255 (a 16-bit scan turns white), drops alpha
 onto black (transparent PNG backgrounds turn black, text vanishes), and ignores palette transparency. Every
 backend wants the same thing: 8-bit RGB on a white background.
+
+Why the file is hashed again here: discovery hashed it earlier, and the file may have been rewritten since.
+The page is decoded from the very bytes whose SHA-256 is checked against the ref's, so a row's hash and its
+content can never disagree; a mismatch is a retryable `changed_during_run` failure.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 from PIL import Image
 
 from pipeline.config import PrepareSettings
-from pipeline.containers import ContainerError, open_page
+from pipeline.containers import ContainerError, open_page, read_document
 from pipeline.datamodel import DocumentRef, Reason
 
 _WHITE = (255, 255, 255, 255)
@@ -21,7 +27,10 @@ _WIDE_INT_MODES = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N"})
 
 def load_page(ref: DocumentRef, settings: PrepareSettings) -> np.ndarray:
     """The page `ref` points at as an (H, W, 3) RGB uint8 array; raises `ContainerError` for a bad page."""
-    im = open_page(ref.path, ref.page, settings)
+    data = read_document(ref.path, settings.max_input_bytes)
+    if hashlib.sha256(data).hexdigest() != ref.sha256:
+        raise ContainerError(Reason.CHANGED_DURING_RUN, "file content changed since it was discovered (sha256 differs)")
+    im = open_page(data, ref.page, settings)
     w, h = im.size
     if min(w, h) < settings.min_input_side:
         raise ContainerError(Reason.TOO_SMALL, f"{w}x{h} is below min_input_side {settings.min_input_side}")

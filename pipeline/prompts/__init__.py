@@ -8,20 +8,20 @@ and bump `PROMPT_VERSION` instead.
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
+from importlib.resources import files
 from typing import Literal
 
 PROMPT_VERSION = "extract_v1"
 REPAIR_VERSION = "repair_v1"
 Lang = Literal["en", "zh"]
 
-_DIR = Path(__file__).resolve().parent
+_DIR = files(__name__)  # importlib.resources: the templates ship inside the wheel as package data
 
 
 @lru_cache(maxsize=None)
 def load_prompt(lang: Lang = "en", version: str = PROMPT_VERSION) -> str:
     """The instruction text, e.g. `extract_v1.en.txt`."""
-    return (_DIR / f"{version}.{lang}.txt").read_text(encoding="utf-8").strip()
+    return _DIR.joinpath(f"{version}.{lang}.txt").read_text(encoding="utf-8").strip()
 
 
 def repair_prompt(errors: list[str], lang: Lang = "en") -> str:

@@ -90,6 +90,7 @@ class ServerConfig:
     reject_response_format: bool = False  # 400 whenever response_format is sent
     count_image_tokens: bool = True  # False: usage ignores the image (an endpoint that drops it)
     max_image_pixels: int | None = None  # 400 "image too large" above this
+    hold: threading.Event | None = None  # answers wait for it: a test sees requests pile up, then releases them
 
     def __post_init__(self) -> None:
         unknown = {f for f in [*self.faults, self.default_fault, *sum(self.faults_by_image.values(), [])]
@@ -292,6 +293,8 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             server.enter()
             try:
                 time.sleep(cfg.slow_s if fault == "slow" else cfg.latency_s)
+                if cfg.hold is not None:
+                    cfg.hold.wait(timeout=120)
             finally:
                 server.leave()
             if fault == "drop":

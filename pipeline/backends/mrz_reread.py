@@ -1,0 +1,299 @@
+"""A second, targeted reading of the machine-readable zone, for pages whose first reading left an MRZ field
+unreadable or failed a check digit.
+
+Why a second reading helps: the first pass reads the whole page at one scale and one contrast. Glare,
+hologram foil, watermarks, underexposure or a 512 px capture leave the MRZ detected (its boxes are there)
+but a line garbled or missed. The zone has a known shape (2-3 equal-length lines of monospace text, rich
+in `<`), so it can be cut out precisely, straightened from its own geometry, upscaled to a fixed text
+height, contrast-normalised in a few ways and re-recognised line by line with the recognition model alone.
+
+Why it cannot invent: the lines read here go through exactly the same decoder as the first pass
+(`read_document` -> `mrz.find`: two check digits at least, layout checks, cross-checks with the printed
+zone), and the caller keeps the new reading only when it is better by those checks. A line that reads
+differently under every variant (an occluded one) simply does not check out and stays unreadable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from pipeline.fields.document import OcrLine
+
+Recognise = Callable[[np.ndarray], tuple[str, float]]  # one BGR line image -> (text, score)
+
+_LONGEST_LINE = 44  # characters in a TD3 / MRV-A line
+ROW_HEIGHT = 64  # px: each line strip is warped to this height (the recogniser's input is 48 px high)
+_MARGIN = 0.35  # of a line height, above and below the text in a strip
+
+
+def is_mrz_like(text: str) -> bool:
+    """A box that holds (part of) an MRZ line: several fillers, or a long upper-case run with digits in it
+    (a data line whose fillers were read as letters; printed headings have no digits)."""
+    t = "".join(text.split()).upper()
+    if len(t) < 8:
+        return False
+    fillers = sum(c in "<«‹(" for c in t)
+    plain = sum(c.isascii() and (c.isupper() or c.isdigit()) for c in t)
+    digits = sum(c.isdigit() for c in t)
+    return fillers >= 2 or (len(t) >= 20 and plain >= 0.9 * len(t) and digits >= 4)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One MRZ line to re-read: its centre line in page coordinates, angle (radians) and height."""
+
+    cx: float
+    cy: float
+    angle: float
+    height: float
+    half_width: float
+
+    @property
+    def box(self) -> tuple[tuple[float, float], ...]:
+        """Corners (top-left, top-right, bottom-right, bottom-left) in page coordinates, as OCR boxes are."""
+        c, s = math.cos(self.angle), math.sin(self.angle)
+        return tuple((self.cx + u * c - v * s, self.cy + u * s + v * c)
+                     for u, v in ((-self.half_width, -self.height / 2), (self.half_width, -self.height / 2),
+                                  (self.half_width, self.height / 2), (-self.half_width, self.height / 2)))
+
+
+def _angle(line: OcrLine) -> float:
+    (x0, y0), (x1, y1) = line.box[0], line.box[1]
+    return math.atan2(y1 - y0, x1 - x0)
+
+
+def _box_height(line: OcrLine) -> float:
+    p = line.box
+    return (math.dist(p[0], p[3]) + math.dist(p[1], p[2])) / 2
+
+
+def locate_rows(lines: Sequence[OcrLine]) -> list[Row]:
+    """The MRZ lines' geometry, from the first pass's line boxes; lines it missed are predicted one line
+    pitch above and below the detected ones (the name line is the one glare or a box most often hides).
+
+    Works in the band's own frame (rotated by the band's median angle), so skew and mild perspective are
+    taken from the zone itself; all MRZ lines share one left and right edge, so every row gets the band's
+    full width even when the first pass found only a fragment of it.
+    """
+    boxes = [x for x in lines if is_mrz_like(x.text)]
+    if not boxes:
+        return []
+    angle = float(np.median([_angle(b) for b in boxes]))
+    c, s = math.cos(angle), math.sin(angle)
+
+    def to_band(p: tuple[float, float]) -> tuple[float, float]:
+        return p[0] * c + p[1] * s, -p[0] * s + p[1] * c
+
+    def to_page(u: float, v: float) -> tuple[float, float]:
+        return u * c - v * s, u * s + v * c
+
+    height = float(np.median([_box_height(b) for b in boxes]))
+    pts = [to_band(p) for b in boxes for p in b.box]
+    u0, u1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    # only fragments found (the first pass cut a line where a box crossed it): OCR-B is monospaced, so the
+    # longest box gives the character width; widen the band both ways to a full 44-character line
+    longest = max(boxes, key=lambda b: b.right - b.left)
+    char_width = math.dist(longest.box[0], longest.box[1]) / max(len("".join(longest.text.split())), 1)
+    missing = _LONGEST_LINE * char_width - (u1 - u0)
+    if missing > 0:
+        u0, u1 = u0 - missing, u1 + missing
+    # group boxes into rows by their centre in the band frame
+    centres = sorted((float(np.mean([to_band(p)[1] for p in b.box])), b) for b in boxes)
+    rows: list[list[float]] = []
+    for v, _ in centres:
+        if rows and v - rows[-1][-1] < 0.6 * height:
+            rows[-1].append(v)
+        else:
+            rows.append([v])
+    vs = [float(np.mean(r)) for r in rows]
+    pitch = float(np.median(np.diff(vs))) if len(vs) > 1 else 1.75 * height
+    if len(vs) < 3:
+        vs = [vs[0] - pitch] + vs + [vs[-1] + pitch]
+    half = (u1 - u0) / 2 + 0.8 * height
+    out = []
+    for v in vs:
+        cx, cy = to_page((u0 + u1) / 2, v)
+        out.append(Row(cx, cy, angle, height, half))
+    return out
+
+
+def locate_rows_by_shape(pixels: np.ndarray) -> list[Row]:
+    """MRZ-shaped lines found in the pixels when the first pass found no MRZ box at all (a box drawn across
+    the zone, heavy glare): long, thin, evenly dense runs of dark characters, found by the classic
+    black-hat + horizontal gradient + closing recipe; the four lowest such blobs of the page (an MRZ has
+    at most three lines, a box drawn round it may add one; `refine` and the decoder sort them out)."""
+    h, w = pixels.shape[:2]
+    scale = min(1.0, 1000 / max(h, w))
+    gray = cv2.cvtColor(cv2.resize(pixels, (round(w * scale), round(h * scale)), interpolation=cv2.INTER_AREA),
+                        cv2.COLOR_RGB2GRAY)
+    sw = gray.shape[1]
+    grad = np.abs(cv2.Sobel(_ink(gray), cv2.CV_32F, 1, 0, ksize=3))
+    grad = (255 * grad / max(float(grad.max()), 1.0)).astype(np.uint8)
+    grad = cv2.morphologyEx(grad, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (max(9, sw // 25), 1)))
+    _, mask = cv2.threshold(grad, 0, 255, cv2.THRESH_BINARY | cv2.THRESH_OTSU)
+    mask = cv2.morphologyEx(mask, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (1, 3)))
+    contours, _ = cv2.findContours(mask, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    found = []
+    for contour in contours:
+        (cx, cy), (rw, rh), deg = cv2.minAreaRect(contour)
+        if rw < rh:
+            rw, rh, deg = rh, rw, deg + 90
+        deg = (deg + 90) % 180 - 90
+        if rw >= 0.5 * sw and rw >= 12 * rh and rh >= 4 and abs(deg) < 20:
+            found.append(Row(cx / scale, cy / scale, math.radians(deg), rh / scale, rw / scale / 2 + rh / scale))
+    found = sorted(found, key=lambda r: r.cy)[-4:]  # 3 lines at most, and maybe the edge of a drawn box
+    if not found:
+        return []
+    # MRZ lines share their left and right edges: give every line the union's extent
+    left = min(r.cx - r.half_width for r in found)
+    right = max(r.cx + r.half_width for r in found)
+    return [Row((left + right) / 2, r.cy, r.angle, r.height, (right - left) / 2) for r in found]
+
+
+def strip(pixels: np.ndarray, row: Row, margin: float = _MARGIN) -> np.ndarray:
+    """The row cut out of the page (RGB), straightened and scaled so its text is a fixed height."""
+    out_h = ROW_HEIGHT
+    scale = out_h / (row.height * (1 + 2 * margin))
+    out_w = max(int(2 * row.half_width * scale), out_h)
+    m = cv2.getRotationMatrix2D((row.cx, row.cy), math.degrees(row.angle), scale)
+    m[0, 2] += out_w / 2 - row.cx
+    m[1, 2] += out_h / 2 - row.cy
+    return cv2.warpAffine(pixels, m, (out_w, out_h), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE)
+
+
+def _ink(gray: np.ndarray) -> np.ndarray:
+    """Dark print against its local background, with long horizontal rules (drawn boxes) removed."""
+    blackhat = cv2.morphologyEx(gray, cv2.MORPH_BLACKHAT, cv2.getStructuringElement(cv2.MORPH_RECT, (15, 7)))
+    width = max(gray.shape[1] // 8, 3)
+    rules = cv2.morphologyEx(blackhat, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (width, 1)))
+    return cv2.subtract(blackhat, rules)
+
+
+def refine(pixels: np.ndarray, row: Row, *, max_growth: float = 2.5) -> Row:
+    """Re-centre a row on its ink: the row is cut with generous margins, and the band of text rows around
+    the centre (rows with at least a sixth of the peak ink) gives the line's true centre and height.
+    Predicted rows and shape-found rows are approximate; a strip cut off-centre reads badly. A row whose
+    height is known from detected boxes may grow by `max_growth` at most; a shape-found one more."""
+    window = strip(pixels, row, margin=2.0)  # 5 line heights tall
+    profile = _ink(cv2.cvtColor(window, cv2.COLOR_RGB2GRAY)).astype(np.float32).sum(axis=1)
+    profile = np.convolve(profile, np.ones(3) / 3, mode="same")
+    if profile.max() <= 0:
+        return row
+    on = profile >= profile.max() / 6
+    gaps = np.flatnonzero(~on)  # bridge gaps of up to 3 rows (a rule removed across the text leaves one)
+    for i in gaps:
+        if on[max(i - 3, 0):i].any() and on[i + 1:i + 4].any():
+            on[i] = True
+    centre = len(profile) // 2
+    near = np.flatnonzero(on)
+    start = stop = int(near[np.argmin(np.abs(near - centre))])
+    while start > 0 and on[start - 1]:
+        start -= 1
+    while stop < len(on) - 1 and on[stop + 1]:
+        stop += 1
+    px_per_unit = len(profile) / (row.height * 5)
+    offset = ((start + stop) / 2 - centre) / px_per_unit
+    height = max((stop - start + 1) / px_per_unit, 0.5 * row.height)
+    if height > max_growth * row.height:  # merged with a neighbour (a stamp, the next line): keep the old geometry
+        return row
+    dx, dy = -math.sin(row.angle) * offset, math.cos(row.angle) * offset
+    return Row(row.cx + dx, row.cy + dy, row.angle, height, row.half_width)
+
+
+def _clahe(gray: np.ndarray) -> np.ndarray:
+    return cv2.createCLAHE(clipLimit=2.5, tileGridSize=(2, 16)).apply(gray)
+
+
+def _flatten(gray: np.ndarray) -> np.ndarray:
+    """Divide out the slowly varying background (glare, vignetting, a dark exposure): print stays dark,
+    a bright spot stops being bright."""
+    k = max(3, ROW_HEIGHT | 1)
+    background = cv2.morphologyEx(gray, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
+    flat = cv2.divide(gray, np.maximum(background, 1), scale=255)
+    return flat
+
+
+def _without_rules(gray: np.ndarray) -> np.ndarray:
+    """Long horizontal rules (a box drawn round the zone, a printed line) painted out of the strip."""
+    ink = cv2.morphologyEx(gray, cv2.MORPH_BLACKHAT, cv2.getStructuringElement(cv2.MORPH_RECT, (15, 15)))
+    _, dark = cv2.threshold(ink, 0, 255, cv2.THRESH_BINARY | cv2.THRESH_OTSU)
+    rules = cv2.morphologyEx(dark, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (gray.shape[1] // 2, 1)))
+    if not rules.any():
+        return gray
+    return cv2.inpaint(gray, cv2.dilate(rules, np.ones((3, 3), np.uint8)), 3, cv2.INPAINT_TELEA)
+
+
+def variants(rgb: np.ndarray) -> dict[str, np.ndarray]:
+    """Contrast-normalised versions of one strip (BGR, what the recogniser expects).
+
+    gray+CLAHE for low contrast and darkness; background flattening for glare; the max channel for
+    coloured foil and guilloche (ink is dark in every channel, a rainbow or tint is bright in one); rules
+    painted out for a box drawn across the lines.
+    """
+    gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+    maxc = rgb.max(axis=2)
+    out = {
+        "clahe": _clahe(gray),
+        "flat": _clahe(_flatten(gray)),
+        "maxc": _clahe(_flatten(maxc)),
+        "norule": _clahe(_without_rules(gray)),
+    }
+    return {k: cv2.cvtColor(v, cv2.COLOR_GRAY2BGR) for k, v in out.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One way of re-reading the zone: an OCR line per row, in row order."""
+
+    name: str
+    lines: list[OcrLine]
+
+
+def _refined(pixels: np.ndarray, found: list[Row], max_growth: float) -> list[Row]:
+    rows: list[Row] = []
+    width = pixels.shape[1]
+    for row in found:
+        left, right = max(row.cx - row.half_width, 0.0), min(row.cx + row.half_width, float(width))
+        row = Row((left + right) / 2, row.cy, row.angle, row.height, (right - left) / 2)  # inside the page
+        row = refine(pixels, refine(pixels, row, max_growth=max_growth), max_growth=max_growth)
+        if all(abs(row.cy - r.cy) > 0.5 * min(row.height, r.height) for r in rows):  # two snapped onto one line
+            rows.append(row)
+    return rows
+
+
+def reread(pixels: np.ndarray, first_pass: Sequence[OcrLine], recognise: Recognise) -> list[Reading]:
+    """Alternative readings of the MRZ lines: one per contrast variant and one by per-row vote across
+    variants (the text most variants agree on, ties broken by score). Empty when no MRZ-like box exists."""
+    from_boxes = locate_rows(first_pass)
+    rows = _refined(pixels, from_boxes, 1.4) if from_boxes else _refined(pixels, locate_rows_by_shape(pixels), 2.5)
+    if not rows:
+        return []
+    per_variant: dict[str, list[OcrLine]] = {}
+    per_row: list[list[tuple[str, float]]] = [[] for _ in rows]
+    for i, row in enumerate(rows):
+        for name, img in variants(strip(pixels, row)).items():
+            text, score = recognise(img)
+            per_variant.setdefault(name, []).append(OcrLine(text, score, row.box))
+            if text:
+                per_row[i].append((text, score))
+    readings = [Reading(name, [x for x in found if x.text]) for name, found in per_variant.items()]
+    voted = []
+    for row, texts in zip(rows, per_row):
+        if not texts:
+            continue
+        counts = Counter(t for t, _ in texts)
+        text, score = max(texts, key=lambda ts: (counts[ts[0]], ts[1]))
+        voted.append(OcrLine(text, score * counts[text] / len(texts), row.box))
+    readings.append(Reading("vote", voted))
+    return readings
+
+
+def replace_mrz(first_pass: Sequence[OcrLine], mrz_lines: Sequence[OcrLine]) -> list[OcrLine]:
+    """The page's lines with the first pass's MRZ boxes swapped for re-read ones."""
+    return [x for x in first_pass if not is_mrz_like(x.text)] + list(mrz_lines)

@@ -1,0 +1,77 @@
+"""What every `idflow` command module shares: the console and configuration errors (exit 2, values never echoed).
+
+Why a module of its own: `pipeline.cli` registers the command modules (`cli_ops`, `cli_vllm`, ...); if they imported
+these helpers from `pipeline.cli` the imports would run in a circle.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from pipeline.config import Settings
+from pipeline.masking import redact
+
+console = Console()
+
+CONFIG_ERROR = 2
+PREFECT_ERROR = 3  # the temporary Prefect server did not start
+
+
+def config_error(message: str) -> typer.Exit:
+    """Exit 2 with the message as plain text (`idflow[dask]` is not markup), document numbers masked."""
+    console.print(f"[red]configuration error:[/red] {escape(redact(message))}")
+    return typer.Exit(CONFIG_ERROR)
+
+
+def settings_problems(exc: ValidationError) -> str:
+    """Which settings are wrong and why, without echoing the values (one of them may be a key)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from environment/.env plus CLI overrides; a bad value is a configuration error (exit 2)."""
+    try:
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise config_error(settings_problems(exc)) from None
+    vlm = settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend
+    if vlm == "openai":
+        key = settings.openai.api_key
+        if (key is None or not key.get_secret_value()) and not os.environ.get("IDFLOW_OPENAI_KEY_BLOCK"):
+            raise config_error("TAOTOKEN_API_KEY is not set (environment, .env, or a Prefect Secret block named "
+                               "in IDFLOW_OPENAI_KEY_BLOCK)")
+        if not settings.openai.model:
+            raise config_error("TAOTOKEN_MODEL is not set: use the model id shown in the provider console")
+    if vlm == "vllm":
+        try:
+            settings.vllm.resolve_pool()
+        except ValueError as exc:
+            raise config_error(str(exc)) from None
+        if settings.vllm.api_key is None:
+            raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
+    return settings
+
+
+@contextmanager
+def prefect_api() -> Iterator[Callable[[], None]]:
+    """A Prefect API for a command that runs a flow: the configured one, or a temporary server owned by this
+    process (`flows/local_server.py`). Yields `ready()`: import the flows first, then call it, so the server's
+    start-up overlaps the imports; a server that does not start is one line and exit 3."""
+    from flows.local_server import BackgroundServer, ServerStartError
+
+    with BackgroundServer() as server:
+        def ready() -> None:
+            try:
+                server.wait()
+            except ServerStartError as exc:
+                console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+                raise typer.Exit(PREFECT_ERROR) from None
+
+        yield ready

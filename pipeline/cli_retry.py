@@ -1,0 +1,55 @@
+"""`idflow retry OUT`: the `retry-failures` flow from the command line, registered onto the `idflow` app."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.cli_common import config_error, console, load_settings, prefect_api
+
+
+def retry(
+    out: Annotated[Path, typer.Argument(help="output folder whose failure queue to retry")],
+    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm | hybrid [default: the configured "
+                                                        "one], whatever backend recorded the failures")] = None,
+    max_attempts: Annotated[int, typer.Option(help="failed attempts per document at most, the first run "
+                                                   "included (internal errors: 2)")] = 3,
+    wait: Annotated[bool, typer.Option(help="wait for a run writing OUT instead of refusing (exit 2)")] = False,
+) -> None:
+    """Retry the failure queue's open entries that may succeed on another try (request errors, endpoint down,
+    internal errors once). Exit 0 when the retry ran, 2 when OUT is busy or the configuration is wrong."""
+    from rich.table import Table
+
+    from pipeline.output_lock import OutputBusy
+
+    if not (out / "failures").is_dir():
+        raise config_error(f"no failure queue in {out}")
+    settings = load_settings(backend=backend)
+    with prefect_api() as ready:
+        from flows.retry import retry_failures
+
+        ready()
+        try:
+            report = asyncio.run(retry_failures(str(out), backend=settings.backend, max_attempts=max_attempts,
+                                                wait_for_lock=wait))
+        except OutputBusy as exc:
+            raise config_error(str(exc)) from None
+    table = Table(title=f"retry {report['run_id']} ({report['backend']})")
+    table.add_column("outcome")
+    table.add_column("documents", justify="right")
+    for label, key in (("resolved by this run", "resolved"), ("resolved earlier by another run",
+                                                              "resolved_elsewhere"),
+                       ("out of attempts", "exhausted"), ("not retryable: for a person", "for_a_person"),
+                       ("source file missing or changed", "missing")):
+        table.add_row(label, str(report[key]))
+    for reason, n in sorted(report["still_failing"].items()):
+        table.add_row(f"still failing: {reason}", str(n))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `retry` to the `idflow` app (called from pipeline/cli.py)."""
+    app.command()(retry)

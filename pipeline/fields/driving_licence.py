@@ -1,0 +1,139 @@
+"""EU / ISO 18013 driving licences: the one-line 30-character machine-readable zone and the numbered
+fields of the printed card (Directive 2006/126/EC, Annex I).
+
+The zone (ISO/IEC 18013): 'D' (driving licence), a configuration digit ('1'), the issuing state (3
+letters), issuer-defined data, and a 7-3-1 check digit over the first 29 characters. Only the French
+layout of the issuer data is decoded here:
+    D1FRA NUMBER(9) CHECK EXPIRY-YYMMDD SURNAME(8) COMPOSITE-CHECK
+whose number check digit covers positions 0-13 ("D1FRA" included). Other issuers (e.g. the Dutch
+licence, which puts a BAP key there) are recognised as driving licences by the prefix and the final check
+digit, but their number is read from the printed field 5 only: no issuer layout is guessed.
+
+The zone's surname is cut to 8 characters and has no given names, so the record's name always comes from
+printed fields 1 (surname) and 2 (given names), cross-checked against the zone's surname.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Literal, Sequence
+
+from pipeline.fields import national_mrz
+from pipeline.fields.dates import parse_printed_dates, yymmdd
+from pipeline.fields.national_mrz import Check, Layout
+
+FRENCH = Layout(
+    prefix="D1FRA",
+    width=30,
+    classes=("adaaa" + "x" * 9 + "n" + "dddddd" + "N" * 8 + "n",),
+    checks=(Check("mrz.number", ((0, 0, 14),), (0, 14)), Check("mrz.composite", ((0, 0, 29),), (0, 29))),
+    name_spans=((0, 21, 29),),
+    loses_tail=(False,),
+    min_checks=2,
+)
+# Any issuer: only the frame is known. Two passing digits are impossible with one, so the prefix, exact
+# width and the final digit are the evidence; the result carries no field values.
+GENERIC = Layout(
+    prefix="D1",
+    width=30,
+    classes=("adaaa" + "o" * 24 + "n",),
+    checks=(Check("mrz.composite", ((0, 0, 29),), (0, 29)),),
+    name_spans=(),
+    loses_tail=(False,),
+    min_checks=1,
+)
+
+
+@dataclass(slots=True)
+class LicenceZone:
+    """A decoded licence zone. `number`, `expiry_date` and `surname` are None for issuers whose layout is
+    not decoded; `surname` is at most 8 characters (truncated by the format)."""
+
+    country: str
+    number: str | None
+    expiry_date: date | None
+    surname: str | None
+    checks_passed: list[str] = field(default_factory=list)
+    checks_failed: list[str] = field(default_factory=list)
+
+    doc_type: Literal["driving_licence"] = "driving_licence"
+    name: None = None  # the zone has no full name (see module docstring)
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.checks_passed) and not self.checks_failed
+
+
+def _decode(line: str, passed: list[str], failed: list[str], today: date) -> LicenceZone:
+    if line.startswith(FRENCH.prefix):
+        return LicenceZone(country="FRA", number=line[5:14].replace("<", "") or None,
+                           expiry_date=yymmdd(line[15:21], kind="expiry", today=today),
+                           surname=national_mrz.names(line[21:29]) or None, checks_passed=passed, checks_failed=failed)
+    return LicenceZone(country=line[2:5], number=None, expiry_date=None, surname=None,
+                       checks_passed=passed, checks_failed=failed)
+
+
+def _layout(line: str) -> Layout:
+    return FRENCH if line.startswith(FRENCH.prefix) else GENERIC
+
+
+def parse(line: str, today: date) -> LicenceZone | None:
+    """Decode one exact zone line as printed (no repair); None when it is not a 30-character 'D1' zone
+    with a 3-letter issuing state."""
+    layout = _layout(line.strip())
+    exact = national_mrz.exact(layout, [line])
+    if exact is None or not exact[0][2:5].isalpha():
+        return None
+    return _decode(exact[0], *national_mrz.run_checks(layout, exact), today)
+
+
+def find(lines: Sequence[str], today: date) -> LicenceZone | None:
+    """Locate and decode a licence zone among OCR text lines: the French layout first (two check digits),
+    else any issuer whose final check digit passes."""
+    for layout in (FRENCH, GENERIC):
+        found = national_mrz.find(layout, lines)
+        if found is not None and found[0][0][2:5].isalpha():
+            return _decode(found[0][0], found[1], found[2], today)
+    return None
+
+
+# ------------------------------------------------------------------------------------ printed card
+
+_FIELD = re.compile(r"^\s*(1|2|4\s*b|5)\s*[.,:]\s*(\S.*)$", re.IGNORECASE)
+
+
+def _name_words(value: str) -> str:
+    """Given names are printed comma-separated on some licences ("CLAIRE, MARIE"): words only."""
+    return " ".join(value.replace(",", " ").split())
+
+
+@dataclass(slots=True)
+class PrintedLicence:
+    """Numbered fields as printed, each (value, index of the OCR line it came from)."""
+
+    surname: tuple[str, int] | None = None
+    given_names: tuple[str, int] | None = None
+    expiry: tuple[date, int] | None = None
+    number: tuple[str, int] | None = None
+
+
+def read_printed(texts: Sequence[str], today: date) -> PrintedLicence:
+    """Fields 1 (surname), 2 (given names), 4b (expiry) and 5 (licence number) from OCR lines in reading
+    order; the first occurrence of each wins (the card prints each once)."""
+    printed = PrintedLicence()
+    for i, text in enumerate(texts):
+        m = _FIELD.match(text)
+        if m is None:
+            continue
+        key, value = re.sub(r"\s+", "", m.group(1)).lower(), m.group(2).strip()
+        if key == "1" and printed.surname is None:
+            printed.surname = (_name_words(value), i)
+        elif key == "2" and printed.given_names is None:
+            printed.given_names = (_name_words(value), i)
+        elif key == "4b" and printed.expiry is None and (dates := parse_printed_dates(value, today=today)):
+            printed.expiry = (dates[0], i)
+        elif key == "5" and printed.number is None:
+            printed.number = (re.sub(r"\s+", "", value.upper()), i)
+    return printed

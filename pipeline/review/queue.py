@@ -1,0 +1,259 @@
+"""What needs a person after a run: its failures and its records below the auto-accept threshold, in the
+order a reviewer should take them (`ReviewQueue.items`).
+
+Order, most in need of a person first: failures the machine will never fix (not retryable), then records
+below the threshold (least confident first), then retryable failures (the retry flow tries those again
+first), and last what is settled already (a person decided, or a later run produced a result).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pipeline.backends.answer_parsing import AnswerError, parse_answer
+from pipeline.config import PrepareSettings
+from pipeline.datamodel import FIELD_NAMES
+from pipeline.failure_queue import input_dirs
+from pipeline.review.corrections import latest_corrections
+from pipeline.review.thumbnails import Thumbnail, locate, thumbnail
+from pipeline.store import FAILURES, RESULTS, RUNS, read_table, run_input_dir
+
+MAX_PICTURES = 200
+
+
+class ReviewSettings(BaseSettings):
+    """IDFLOW_REVIEW_THRESHOLD: a record whose least confident field is below it goes to a person."""
+
+    model_config = SettingsConfigDict(env_prefix="IDFLOW_REVIEW_", env_file=".env", extra="ignore")
+
+    threshold: float = Field(0.9, ge=0, le=1, description="auto-accept threshold on the least field confidence")
+
+
+REASON_TEXT: dict[str, str] = {
+    "unsupported_type": "The file is not an image or PDF idflow can read.",
+    "empty_file": "The file is empty.",
+    "unreadable": "The file could not be opened (damaged container or no permission).",
+    "too_many_pixels": "The image is implausibly large (decompression-bomb guard).",
+    "symlink_outside_root": "A link pointing outside the input folder; not followed.",
+    "decode_error": "The image data is damaged or cut off and cannot be decoded.",
+    "too_small": "The page is too small to read anything.",
+    "timeout": "The model did not answer in time; the retry flow tries again.",
+    "rate_limited": "The model service asked us to slow down; the retry flow tries again.",
+    "server_error": "The model service failed; the retry flow tries again.",
+    "endpoint_unavailable": "The model service was down; the retry flow tries again.",
+    "auth_error": "The model service refused our key: fix the configuration, then rerun.",
+    "bad_request": "The model service rejected the request (e.g. the image).",
+    "no_json": "The model answered, but not with the fields asked for.",
+    "invalid_json": "The model's answer was cut off or malformed.",
+    "schema_violation": "A value read does not have the form the field requires.",
+    "checksum_failed": "A check digit does not match: a character of the number was misread (or is wrong).",
+    "invalid_date": "A date read is not a real calendar date.",
+    "cross_check_failed": "Two places on the document disagree.",
+    "no_fields_found": "No name, document number or expiry date was found on the page.",
+    "internal_error": "idflow itself failed on this document (a bug); it is kept here so it is not lost.",
+    "low_confidence": "Read and valid, but the least sure field is below the auto-accept threshold.",
+}
+
+Kind = Literal["failure", "low_confidence"]
+
+
+@dataclass(frozen=True)
+class FieldView:
+    value: str | None
+    state: str | None  # present | absent | unreadable; None when unknown (failed documents)
+    confidence: float | None
+
+
+@dataclass
+class ReviewItem:
+    """One document a person should look at, with what the machine made of it."""
+
+    kind: Kind
+    source_path: str
+    sha256: str | None
+    page: int | None
+    reason: str  # failure reason code, or "low_confidence"
+    stage: str | None
+    detail: str | None
+    retryable: bool
+    confidence: float | None  # least field confidence of a record; None for failures
+    fields: dict[str, FieldView]
+    doc_type: str | None
+    orientation: str | None
+    checks: list[str]
+    check_failures: list[str]
+    correction: dict[str, Any] | None = None  # the latest person's decision, if any
+    resolved_by_run: str | None = None  # a later run that produced a result for a failure
+    thumbnail: Thumbnail = field(default_factory=lambda: Thumbnail(None, "no picture made"))
+
+    @property
+    def key(self) -> str | None:
+        """`sha256:page`, the document's identity; None for a file that could not even be hashed."""
+        return None if self.sha256 is None else f"{self.sha256}:{self.page or 0}"
+
+    @property
+    def anchor(self) -> str:
+        """HTML id of the item on the review page (stable across processes: the flow links to it)."""
+        if self.sha256 is None:
+            return "file-" + hashlib.sha256(self.source_path.encode()).hexdigest()[:16]
+        return f"doc-{self.sha256[:16]}-{self.page or 0}"
+
+    @property
+    def nothing_read(self) -> bool:
+        """A failure before any field was read (no model answer to show)."""
+        return self.doc_type is None and all(f.state is None for f in self.fields.values())
+
+    @property
+    def settled(self) -> bool:
+        return self.correction is not None or self.resolved_by_run is not None
+
+    @property
+    def reason_text(self) -> str:
+        return REASON_TEXT.get(self.reason, self.reason)
+
+    @property
+    def rank(self) -> tuple[int, float, str, int]:
+        """Sort key: most in need of a person first (see the module docstring)."""
+        if self.settled:
+            group = 3
+        elif self.kind == "failure":
+            group = 2 if self.retryable else 0
+        else:
+            group = 1
+        return group, self.confidence if self.confidence is not None else 0.0, self.source_path, self.page or 0
+
+    def machine_values(self) -> dict[str, str | None]:
+        """The fields as the machine read them (prefill for a correction form)."""
+        return {"doc_type": self.doc_type, **{name: self.fields[name].value for name in FIELD_NAMES}}
+
+
+@dataclass
+class ReviewQueue:
+    out_dir: Path
+    run_id: str
+    threshold: float
+    summary: dict[str, Any]
+    items: list[ReviewItem]
+    results: int  # records of the run, flagged or not
+    confidences: list[float]  # least field confidence of every record of the run (for the histogram)
+
+    @property
+    def open_items(self) -> list[ReviewItem]:
+        return [i for i in self.items if not i.settled]
+
+    def counts_by_reason(self) -> Counter[str]:
+        return Counter(i.reason for i in self.items)
+
+
+def record_confidence(row: dict[str, Any]) -> float:
+    """A record's confidence: its least confident field (as in `idflow eval`'s auto-accept)."""
+    values = [row.get(f"{name}_confidence") for name in FIELD_NAMES]
+    return min((float(v) for v in values if v is not None), default=1.0)
+
+
+def run_summary(out_dir: Path, run_id: str | None) -> dict[str, Any]:
+    """The summary of `run_id`, or of the latest run that read an input folder (not a retry run)."""
+    if run_id is not None:
+        path = out_dir / RUNS / f"{run_id}.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"no run {run_id} in {out_dir / RUNS}")
+        return json.loads(path.read_text(encoding="utf-8"))
+    summaries = [json.loads(p.read_text(encoding="utf-8"))
+                 for p in sorted((out_dir / RUNS).glob("*.json"), key=lambda p: p.stat().st_mtime)]
+    extract_runs = [s for s in summaries if s.get("input_dir")]
+    if not extract_runs:
+        raise FileNotFoundError(f"no idflow run found in {out_dir}")
+    return extract_runs[-1]
+
+
+def _field_value(row: dict[str, Any], name: str) -> str | None:
+    """A results column as the text a person would type (dates ISO, long-term expiry as `long-term`)."""
+    if name == "expiry_date" and row["expiry_long_term"]:
+        return "long-term"
+    value = row[name]
+    return value.isoformat() if isinstance(value, date) else value
+
+
+def _result_item(row: dict[str, Any], confidence: float) -> ReviewItem:
+    fields = {name: FieldView(_field_value(row, name), row[f"{name}_state"], row[f"{name}_confidence"])
+              for name in FIELD_NAMES}
+    return ReviewItem(kind="low_confidence", source_path=row["source_path"], sha256=row["sha256"], page=row["page"],
+                      reason="low_confidence", stage=None, detail=None, retryable=False, confidence=confidence,
+                      fields=fields, doc_type=row["doc_type"], orientation=row["orientation"],
+                      checks=list(row["checks"] or []), check_failures=list(row["check_failures"] or []))
+
+
+def _failure_item(row: dict[str, Any]) -> ReviewItem:
+    """A failure, with the fields of the model's answer when it gave one (kept in `raw_response`)."""
+    answer: dict[str, Any] = {}
+    try:
+        answer = parse_answer(row["raw_response"]) if row["raw_response"] else {}
+    except AnswerError:
+        pass
+    fields = {name: FieldView(None if answer.get(name) is None else str(answer[name]),
+                              None if not answer else ("present" if answer.get(name) is not None else "absent"),
+                              None) for name in FIELD_NAMES}
+    doc_type = answer.get("doc_type") if isinstance(answer.get("doc_type"), str) else None
+    return ReviewItem(kind="failure", source_path=row["source_path"], sha256=row["sha256"], page=row["page"],
+                      reason=row["reason"], stage=row["stage"], detail=row["detail"], retryable=bool(row["retryable"]),
+                      confidence=None, fields=fields, doc_type=doc_type,
+                      orientation=answer.get("orientation") if isinstance(answer.get("orientation"), str) else None,
+                      checks=[], check_failures=[])
+
+
+def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | None = None,
+                prepare: PrepareSettings | None = None, thumbnails: bool = True, workers: int = 2) -> ReviewQueue:
+    """Everything of one run a person should see, sorted, with thumbnails re-prepared from the sources."""
+    summary = run_summary(out_dir, run_id)
+    run = str(summary["run_id"])
+    limit = ReviewSettings().threshold if threshold is None else threshold
+    items: list[ReviewItem] = []
+    results = read_table(out_dir, RESULTS, run_id=run)
+    confidences: list[float] = []
+    for row in results.to_pylist() if results is not None else []:
+        confidence = record_confidence(row)
+        confidences.append(confidence)
+        if confidence < limit:
+            items.append(_result_item(row, confidence))
+    failures = read_table(out_dir, FAILURES, run_id=run)
+    items += [_failure_item(row) for row in (failures.to_pylist() if failures is not None else [])]
+
+    corrections = latest_corrections(out_dir)
+    later = read_table(out_dir, RESULTS, ["sha256", "page", "run_id"])
+    result_runs = {} if later is None else {f"{r['sha256']}:{r['page']}": r["run_id"] for r in later.to_pylist()}
+    for item in items:
+        item.correction = corrections.get(item.key or "")
+        if item.kind == "failure":
+            item.resolved_by_run = result_runs.get(item.key or "")
+    items.sort(key=lambda i: i.rank)
+
+    if thumbnails:
+        own = run_input_dir(summary)
+        folders = [*([own] if own else []), *input_dirs(out_dir).values()]
+        settings = prepare or PrepareSettings()
+        pictured = items[:MAX_PICTURES]  # re-preparing costs ~0.3-2 s a page: a page for people, not an export
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for item, thumb in zip(pictured, pool.map(lambda i: _thumbnail(i, folders, settings), pictured),
+                                   strict=True):
+                item.thumbnail = thumb
+        for item in items[MAX_PICTURES:]:
+            item.thumbnail = Thumbnail(None, f"no picture: only the first {MAX_PICTURES} documents are pictured")
+    return ReviewQueue(out_dir=out_dir, run_id=run, threshold=limit, summary=summary, items=items,
+                       results=len(confidences), confidences=confidences)
+
+
+def _thumbnail(item: ReviewItem, folders: list[Path], settings: PrepareSettings) -> Thumbnail:
+    path, why_not = locate(item.source_path, item.sha256, folders)
+    if path is None or item.sha256 is None:
+        return Thumbnail(None, why_not or "the file could not be hashed: no picture")
+    return thumbnail(path, item.source_path, item.sha256, item.page or 0, settings)

@@ -1,0 +1,57 @@
+"""Thumbnails of the prepared page (what the model saw), re-prepared from the source file.
+
+The source is found again from the run summary's input folder and the row's relative path, and used only if
+its bytes still hash to the row's sha256: a file that changed since the run would show a different document.
+Thumbnails hold personal data, so they live only inside OUT (embedded in the review page), never in Prefect.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from pipeline.config import PrepareSettings
+from pipeline.datamodel import DocumentRef, Failure
+from pipeline.ingest import sha256_file
+from pipeline.prepare import prepare_page
+
+THUMBNAIL_LONG_EDGE = 480
+THUMBNAIL_QUALITY = 80
+
+
+@dataclass(frozen=True)
+class Thumbnail:
+    """A `data:` URI of a JPEG no larger than THUMBNAIL_LONG_EDGE, or why there is no picture."""
+
+    data_uri: str | None
+    note: str = ""
+
+
+def locate(source_path: str, sha256: str | None, folders: list[Path]) -> tuple[Path | None, str]:
+    """The source file under the first folder that holds it with the same bytes, else None and why not."""
+    changed = False
+    for folder in dict.fromkeys(folders):
+        candidate = Path(folder) / source_path
+        if candidate.is_file():
+            if sha256 is None or sha256_file(candidate) == sha256:
+                return candidate, ""
+            changed = True
+    if changed:
+        return None, "the source file has changed since the run (its sha256 differs): no picture"
+    return None, "the source file is gone (not found under the run's input folder): no picture"
+
+
+def thumbnail(path: Path, source_path: str, sha256: str, page: int, settings: PrepareSettings) -> Thumbnail:
+    """Prepare the page exactly as the pipeline did, then downscale it for the review page."""
+    prepared = prepare_page(DocumentRef(path=path, rel_path=source_path, sha256=sha256, page=page), settings)
+    if isinstance(prepared, Failure):
+        return Thumbnail(None, f"the page cannot be prepared ({prepared.reason}): no picture")
+    image = Image.fromarray(prepared.pixels)
+    image.thumbnail((THUMBNAIL_LONG_EDGE, THUMBNAIL_LONG_EDGE), Image.Resampling.LANCZOS)
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=THUMBNAIL_QUALITY, optimize=True)
+    return Thumbnail("data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"))

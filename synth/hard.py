@@ -1,0 +1,233 @@
+"""Harder capture conditions, for tuning the MRZ second reading and the confidence calibration.
+
+They differ from :mod:`synth.conditions` in one way: some need to know where the MRZ is (glare, hologram foil
+and an occluder are put *over the MRZ*), so each takes the rendered document (``Rendered.mrz_boxes``), not
+just its pixels. They are kept in a separate set (``make_samples.py --set hard``) so a tuning seed of it
+never doubles as the evaluation seed of the ordinary set.
+
+Each condition is ``(rendered, rng) -> image``, deterministic for a given RNG state, and stays *solvable*:
+text under glare or foil keeps some contrast, an occluder covers only filler positions of one MRZ line (the
+information is still on the page, as on the real captures this imitates), so the ground truth is what a
+careful human reads from the image.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import cv2
+import numpy as np
+from PIL import Image, ImageDraw
+
+from synth import conditions as C
+from synth.render import Rendered, font
+
+HardCondition = Callable[[Rendered, random.Random], Image.Image]
+
+
+def _array(img: Image.Image) -> np.ndarray:
+    return np.asarray(img.convert("RGB"), dtype=np.float32)
+
+
+def _image(a: np.ndarray) -> Image.Image:
+    return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8), "RGB")
+
+
+def _mrz_band(r: Rendered) -> tuple[int, int, int, int]:
+    """The MRZ lines' union box, or the lower third of the page for documents without an MRZ."""
+    if not r.mrz_boxes:
+        w, h = r.image.size
+        return (w // 10, 2 * h // 3, 9 * w // 10, h - h // 12)
+    xs0, ys0, xs1, ys1 = zip(*r.mrz_boxes)
+    return (min(xs0), min(ys0), max(xs1), max(ys1))
+
+
+def _gauss_spot(h: int, w: int, cx: float, cy: float, rx: float, ry: float, angle: float) -> np.ndarray:
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    dx, dy = xx - cx, yy - cy
+    c, s = np.cos(angle), np.sin(angle)
+    u, v = (dx * c + dy * s) / rx, (-dx * s + dy * c) / ry
+    return np.exp(-(u * u + v * v) / 2)
+
+
+# ------------------------------------------------------------------------------------- over the page
+
+
+def watermark(r: Rendered, rng: random.Random) -> Image.Image:
+    """Security print over the whole data page, MRZ included: dense guilloche rosettes, a large faint
+    emblem-like ring and a diagonal repeated word, as printed on real passport pages."""
+    a = _array(r.image)
+    h, w = a.shape[:2]
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    cx, cy = rng.uniform(0.3, 0.7) * w, rng.uniform(0.3, 0.7) * h
+    rad, ang = np.hypot(xx - cx, yy - cy), np.arctan2(yy - cy, xx - cx)
+    k = rng.randint(9, 17)
+    rosette = np.sin(rad / rng.uniform(4, 7) + 3.0 * np.sin(k * ang + rad / 40))
+    strength = rng.uniform(0.22, 0.35)
+    lines = np.clip(1 - np.abs(rosette) / 0.25, 0, 1) * strength
+    tint = np.array([rng.randint(90, 200), rng.randint(90, 200), rng.randint(120, 220)], np.float32)
+    a = a * (1 - lines[..., None]) + tint * lines[..., None]
+    ring = np.exp(-((rad - rng.uniform(0.2, 0.35) * w) / (0.03 * w)) ** 2) * rng.uniform(0.12, 0.2)
+    a = a * (1 - ring[..., None]) + tint * ring[..., None]
+    stamp = Image.new("L", (w, h), 0)
+    draw = ImageDraw.Draw(stamp)
+    word = rng.choice(("SPECIMEN", "SECURITY", "REPUBLIC"))
+    f = font("sans_bold", max(20, h // 9))
+    for row in range(-2, 6):
+        draw.text((rng.randint(-200, 0), row * h // 4), (word + "   ") * 6, font=f, fill=255)
+    stamp = stamp.rotate(rng.uniform(15, 35), resample=Image.Resampling.BILINEAR)
+    alpha = np.asarray(stamp, np.float32)[..., None] / 255 * rng.uniform(0.10, 0.16)
+    return _image(a * (1 - alpha) + tint * alpha)
+
+
+def dark_phone(r: Rendered, rng: random.Random) -> Image.Image:
+    """An underexposed phone photo: perspective on a table, then exposure cut to 25-40 %, sensor noise
+    lifted with the gain, a warm cast, and the 1600 px long edge of a messaging-app copy."""
+    img = C.photo(r.image, rng)
+    a = _array(img) / 255.0
+    a = np.power(a, rng.uniform(1.1, 1.4)) * rng.uniform(0.25, 0.4)
+    a *= np.array([1.0, rng.uniform(0.9, 0.97), rng.uniform(0.75, 0.9)], np.float32)
+    g = np.random.default_rng(rng.getrandbits(64))
+    a = a * 255 + g.normal(0, rng.uniform(3, 6), a.shape[:2] + (1,)).astype(np.float32)
+    return C.small(_image(a), rng, long_edge=1600)
+
+
+def phone512(r: Rendered, rng: random.Random) -> Image.Image:
+    """A phone photo shared at 512 px long edge (the capture size of many web uploads)."""
+    return C.small(C.photo(r.image, rng), rng, long_edge=512)
+
+
+def motion_blur(r: Rendered, rng: random.Random) -> Image.Image:
+    """Camera shake: a straight motion-blur kernel of 6-11 px at a random angle."""
+    length = rng.randint(6, 11)
+    kernel = np.zeros((length, length), np.float32)
+    kernel[length // 2, :] = 1.0
+    m = cv2.getRotationMatrix2D((length / 2 - 0.5, length / 2 - 0.5), rng.uniform(0, 180), 1.0)
+    kernel = cv2.warpAffine(kernel, m, (length, length))
+    kernel /= kernel.sum()
+    return _image(cv2.filter2D(_array(r.image), -1, kernel))
+
+
+def jpeg15(r: Rendered, rng: random.Random) -> Image.Image:
+    """Quality-15 JPEG (the file is then saved at that quality too)."""
+    return C.jpeg_roundtrip(r.image, rng, quality=15)
+
+
+def moire(r: Rendered, rng: random.Random) -> Image.Image:
+    """A photo of the document shown on a screen: the sub-pixel grid (RGB stripes), sampled by the camera
+    at a slight angle and scale, beats into moiré bands; plus the screen's gamma and a little blur."""
+    a = _array(r.image)
+    h, w = a.shape[:2]
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    angle = np.deg2rad(rng.uniform(1, 6))
+    pitch = rng.uniform(2.6, 3.4)
+    u = (xx * np.cos(angle) + yy * np.sin(angle)) / pitch
+    v = (-xx * np.sin(angle) + yy * np.cos(angle)) / pitch
+    depth = rng.uniform(0.25, 0.4)
+    grid = np.stack([0.5 + 0.5 * np.cos(2 * np.pi * (u - k / 3)) for k in range(3)], axis=-1)
+    rows = (0.5 + 0.5 * np.cos(2 * np.pi * v))[..., None]
+    a = a * (1 - depth + depth * grid * (0.6 + 0.4 * rows))
+    a = cv2.GaussianBlur(a, (0, 0), rng.uniform(0.6, 1.0))
+    scale = rng.uniform(0.62, 0.8)  # the camera resamples: the beat frequencies become visible bands
+    small = cv2.resize(a, (round(w * scale), round(h * scale)), interpolation=cv2.INTER_NEAREST)
+    a = small / max(small.max(), 1) * 255 * rng.uniform(0.85, 1.0)
+    return _image(a)
+
+
+def rotated(degrees: int) -> HardCondition:
+    """A phone photo of the document, stored turned ``degrees`` clockwise (no EXIF tag)."""
+    def condition(r: Rendered, rng: random.Random) -> Image.Image:
+        return C.rotate(C.photo(r.image, rng), degrees)
+    return condition
+
+
+# -------------------------------------------------------------------------------------- over the MRZ
+
+
+def glare(r: Rendered, rng: random.Random) -> Image.Image:
+    """Specular glare on the MRZ (a lamp reflected by the laminate): 1-2 bright elliptic spots washing the
+    print out to 10-20 % of its contrast, with a saturated core off the text lines."""
+    a = _array(r.image)
+    h, w = a.shape[:2]
+    x0, y0, x1, y1 = _mrz_band(r)
+    wash = np.zeros((h, w), np.float32)
+    for _ in range(rng.randint(1, 2)):
+        cx, cy = rng.uniform(x0, x1), rng.uniform(y0, y1)
+        spot = _gauss_spot(h, w, cx, cy, rng.uniform(0.08, 0.18) * w, rng.uniform(0.04, 0.09) * h,
+                           rng.uniform(-0.5, 0.5))
+        wash = np.maximum(wash, spot)
+    strength = rng.uniform(0.8, 0.9)
+    a = a * (1 - strength * wash[..., None]) + 255 * strength * wash[..., None]
+    return C.photo(_image(a), rng, max_deg=4, min_deg=1)
+
+
+def hologram(r: Rendered, rng: random.Random) -> Image.Image:
+    """Hologram foil laminated over the MRZ: iridescent bands (hue changing along the band), a fine
+    diffraction pattern and a few brighter patches, semi-transparent over the print."""
+    a = _array(r.image)
+    h, w = a.shape[:2]
+    x0, y0, x1, y1 = _mrz_band(r)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    phase = xx / rng.uniform(60, 140) + yy / rng.uniform(90, 200) + rng.uniform(0, 6.28)
+    rainbow = np.stack([0.5 + 0.5 * np.sin(phase + k * 2.094) for k in range(3)], axis=-1) * 255
+    fine = 0.5 + 0.5 * np.sin((xx + yy * 0.3) / rng.uniform(1.6, 2.4))
+    pad_y = (y1 - y0) * 0.4
+    inside = ((xx > x0 - 30) & (xx < x1 + 30) & (yy > y0 - pad_y) & (yy < y1 + pad_y)).astype(np.float32)
+    mask = cv2.GaussianBlur(inside, (0, 0), 6)
+    alpha = mask * (rng.uniform(0.4, 0.5) + 0.12 * fine)
+    for _ in range(rng.randint(1, 3)):
+        alpha += mask * 0.25 * _gauss_spot(h, w, rng.uniform(x0, x1), rng.uniform(y0, y1),
+                                           rng.uniform(30, 90), rng.uniform(15, 35), 0.0)
+    alpha = np.clip(alpha, 0, 0.7)[..., None]
+    a = a * (1 - alpha) + rainbow * alpha
+    return C.photo(_image(a), rng, max_deg=4, min_deg=1)
+
+
+def occlusion(r: Rendered, rng: random.Random) -> Image.Image:
+    """One MRZ line partly covered: either a UI box drawn round the zone whose edges run through the first
+    and last lines, or an opaque sticker over the trailing fillers of one line (only fillers: what it hides
+    is recoverable, as on the real capture with a drawn box)."""
+    img = r.image.convert("RGB").copy()
+    draw = ImageDraw.Draw(img)
+    if not r.mrz_boxes:
+        return img
+    x0, _, x1, _ = _mrz_band(r)
+    if rng.random() < 0.5:
+        colour = rng.choice(((230, 40, 40), (40, 160, 60), (30, 90, 220)))
+        first, last = r.mrz_boxes[0], r.mrz_boxes[-1]
+        top = first[1] + (first[3] - first[1]) * rng.uniform(0.3, 0.7)
+        bottom = last[1] + (last[3] - last[1]) * rng.uniform(0.3, 0.7)
+        draw.rectangle((x0 - rng.randint(5, 30), top, x1 + rng.randint(5, 30), bottom), outline=colour,
+                       width=rng.randint(3, 5))
+        return img
+    # sticker over the trailing fillers of a line that has enough of them
+    lines = [(i, r.mrz[i]) for i in range(len(r.mrz)) if len(r.mrz[i]) - len(r.mrz[i].rstrip("<")) >= 6]
+    if not lines:
+        return img
+    i, text = rng.choice(lines)
+    left, top, right, bottom = r.mrz_boxes[i]
+    char_w = (right - left) / len(text)
+    start = left + char_w * (len(text.rstrip("<")) + 1)
+    end = min(right + char_w, start + char_w * rng.randint(5, 12))
+    pad = (bottom - top) * 0.25
+    draw.rounded_rectangle((start, top - pad, end, bottom + pad), radius=6,
+                           fill=rng.choice(((250, 236, 120), (235, 235, 235), (200, 160, 140))))
+    return img
+
+
+# name -> (condition, container, quality, applies to documents without an MRZ too)
+HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, bool]] = {
+    "watermark": (watermark, "jpeg", 88, True),
+    "glare": (glare, "jpeg", 85, False),
+    "hologram": (hologram, "jpeg", 85, False),
+    "dark_phone": (dark_phone, "jpeg", 80, True),
+    "phone512": (phone512, "jpeg", 85, True),
+    "motion_blur": (motion_blur, "jpeg", 88, True),
+    "jpeg15": (jpeg15, "jpeg", 15, True),
+    "moire": (moire, "jpeg", 85, True),
+    "occlusion": (occlusion, "jpeg", 88, False),
+    "hard_rot90": (rotated(90), "jpeg", 85, True),
+    "hard_rot180": (rotated(180), "jpeg", 85, True),
+    "hard_rot270": (rotated(270), "jpeg", 85, True),
+}

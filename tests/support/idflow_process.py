@@ -1,0 +1,51 @@
+"""`idflow run` as a real subprocess, for tests of what a user's shell sees: its environment without a Prefect
+API (so the run starts its own temporary server), the servers it left behind, and unique scans to feed it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PIL import Image
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SERVER_APP = b"prefect.server.api.server:create_app"
+
+
+def run_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment of a run with no Prefect API configured and a Prefect home of its own under `tmp`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "IDFLOW_", "TAOTOKEN_"))}
+    env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PYTHONUNBUFFERED="1", COLUMNS="200", **extra)
+    return env
+
+
+def idflow(*args: str, env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    """Start `idflow ARGS` (as `python -m pipeline`) with stdout and stderr in `log`."""
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "pipeline", *args], env=env, cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT)
+
+
+def prefect_servers(prefect_home: Path) -> list[int]:
+    """Pids of Prefect server processes whose PREFECT_HOME is `prefect_home` (so only the ones our runs started,
+    whatever else runs on the machine)."""
+    wanted = f"PREFECT_HOME={prefect_home}".encode()
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if SERVER_APP in (proc / "cmdline").read_bytes() and wanted in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return pids
+
+
+def unique_scans(folder: Path, count: int, size: tuple[int, int] = (320, 208)) -> Path:
+    """`count` small PNGs with distinct content (a duplicate would be skipped, not processed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        Image.new("RGB", size, (i % 256, (i // 256) % 256, 128)).save(folder / f"scan_{i:04d}.png")
+    return folder

@@ -1,0 +1,32 @@
+"""Inputs for the review tests: data/sample plus a few blurred copies the OCR reads with low confidence
+(or not at all), made on the fly from the samples (nothing new stored in the repository)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from PIL import Image, ImageFilter
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SAMPLE = REPO / "data" / "sample"
+
+# (sample, Gaussian blur radius): measured with the ocr backend; name unreadable / all fields ~0.85-0.9 /
+# nothing found (a validate failure).
+BLURRED = {"cn_front.jpg": 4, "passport_td3.jpg": 3, "visa_mrva.jpg": 4, "cn_both_sides.jpg": 5}
+
+
+def blurred_copy(name: str, radius: int, folder: Path) -> Path:
+    target = folder / f"blurred_{Path(name).stem}.jpg"
+    Image.open(SAMPLE / name).convert("RGB").filter(ImageFilter.GaussianBlur(radius)).save(target, quality=85)
+    return target
+
+
+def review_inputs(folder: Path, *, with_sample: bool = True, blurred: dict[str, int] | None = None) -> Path:
+    """`folder` filled with the sample tree (optional) and the blurred copies; returns it."""
+    if with_sample:
+        shutil.copytree(SAMPLE, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, radius in (BLURRED if blurred is None else blurred).items():
+        blurred_copy(name, radius, folder)
+    return folder

@@ -1,0 +1,78 @@
+"""One writer per output folder: a second holder refuses or waits, and a killed holder leaves OUT unlocked."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.output_lock import OutputBusy, hold_output
+
+REPO = Path(__file__).resolve().parent.parent
+HOLDER = """
+import asyncio, sys
+from pathlib import Path
+from pipeline.output_lock import hold_output
+
+async def main():
+    async with hold_output(Path(sys.argv[1]), run_id="holder-run", wait=False):
+        print("held", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)  # until told, or killed
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], cwd=REPO, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+
+        async def try_once() -> None:
+            async with hold_output(out, run_id="second", wait=False):
+                pass
+
+        with pytest.raises(OutputBusy, match="holder-run"):
+            asyncio.run(try_once())
+        holder.send_signal(signal.SIGKILL)  # no clean-up runs: the kernel drops the lock
+        holder.wait(60)
+        asyncio.run(try_once())
+    finally:
+        holder.kill()
+        holder.wait(60)
+
+
+def test_a_second_holder_in_the_same_process_waits_and_says_so(tmp_path: Path) -> None:
+    """Two flows of one process (e.g. nightly's folders) on one OUT: the second waits without blocking the loop."""
+    order: list[str] = []
+
+    async def main() -> None:
+        first_in, waiting = asyncio.Event(), asyncio.Event()
+
+        async def first() -> None:
+            async with hold_output(tmp_path, run_id="first", wait=False):
+                order.append("first in")
+                first_in.set()
+                await waiting.wait()  # the event loop runs while the second waits
+                order.append("first out")
+
+        async def second() -> None:
+            await first_in.wait()
+
+            def on_wait(message: str) -> None:
+                order.append("second waits" if "run first" in message else message)
+                waiting.set()
+
+            async with hold_output(tmp_path, run_id="second", wait=True, on_wait=on_wait):
+                order.append("second in")
+
+        await asyncio.gather(first(), second())
+
+    asyncio.run(main())
+    assert order == ["first in", "second waits", "first out", "second in"]

@@ -1,0 +1,30 @@
+"""`realdata_dir` skips without the specimens, but fails under IDFLOW_REQUIRE_REALDATA=1 (what .ci/run sets), so
+CI cannot go green with the real-data tests silently skipped. Run as a separate pytest on a copy of conftest.py
+placed where ../shared/realdata does not exist."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(("required", "code", "verdict"), [("1", 1, "1 error"), ("", 0, "1 skipped")])
+def test_missing_realdata_fails_only_when_required(tmp_path: Path, required: str, code: int, verdict: str) -> None:
+    tests = tmp_path / "repo" / "tests"
+    tests.mkdir(parents=True)
+    (tests / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    (tests / "test_uses_realdata.py").write_text("def test_it(realdata_dir):\n    assert realdata_dir.is_dir()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("IDFLOW_REALDATA", "IDFLOW_REQUIRE_REALDATA")}
+    env["IDFLOW_REQUIRE_REALDATA"] = required
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+                            cwd=tmp_path / "repo", env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert verdict in result.stdout
+    if required:
+        assert "IDFLOW_REQUIRE_REALDATA=1 requires it" in result.stdout
