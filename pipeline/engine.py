@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,10 @@ RequestSlot = Callable[[], AbstractAsyncContextManager[Any]]
 
 _T = TypeVar("_T")
 _DONE = object()  # end of a queue
+# Backends that read `PreparedImage.full_pixels` (the embedded OCR, alone or inside hybrid). For the others a
+# run prepares pages without it, so the up to 2 x `concurrency` pages queued or in flight hold only what is sent
+# (a 2400 px copy is ~11 MB against ~2 MB for a 1 Mpx page).
+FULL_PIXEL_READERS = frozenset({"ocr", "hybrid"})
 
 
 def internal_failure(ref: DocumentRef, exc: BaseException, backend: str | None) -> Failure:
@@ -114,9 +119,11 @@ class Engine:
             for _ in range(self.prepare_workers):
                 await todo.put(_DONE)
 
+        keep_full = not extract or self.backend.name in FULL_PIXEL_READERS
+
         async def prepare() -> None:
             while (ref := await todo.get()) is not _DONE:
-                page = await self._prepare(ref)
+                page = await self._prepare(ref, keep_full)
                 await (ready.put(page) if extract and isinstance(page, PreparedImage) else done.put(page))
 
         async def extract_pages() -> None:
@@ -163,10 +170,11 @@ class Engine:
             if crashed.done() and not crashed.cancelled():
                 crashed.exception()  # retrieved: raised above, or moot once the consumer stopped
 
-    async def _prepare(self, ref: DocumentRef) -> PreparedImage | Failure:
+    async def _prepare(self, ref: DocumentRef, keep_full: bool) -> PreparedImage | Failure:
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._threads, prepare_page, ref, self.settings.prepare)
+            return await loop.run_in_executor(self._threads, functools.partial(
+                prepare_page, ref, self.settings.prepare, keep_full=keep_full))
         except Exception as exc:  # noqa: BLE001 - any bug is contained to this document
             return internal_failure(ref, exc, self.backend.name)
 

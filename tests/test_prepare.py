@@ -20,8 +20,11 @@ from pipeline.ingest import sha256_file
 from pipeline.prepare import FULL_MAX_LONG_EDGE, prepare_page
 from pipeline.prepare.load import load_page
 from pipeline.prepare.orient import (
+    PAGE_MIN_CONFIDENCE,
     Orientation,
+    _classify_page,
     _get_models,
+    _orientation_from_lines,
     _rotate_small,
     apply_orientation,
     detect_orientation,
@@ -244,7 +247,24 @@ def test_orientation_undoes_rotation_and_skew(realdata_dir: Path, specimen: str,
     found = detect_orientation(_turn(_rgb(realdata_dir / specimen), rotation, skew))
     assert found.rotation == rotation
     assert found.skew == pytest.approx(skew, abs=2.0)
-    assert 0.5 <= found.confidence <= 1.0 and found.lines > 0
+    assert 0.5 <= found.confidence <= 1.0
+    assert found.method == "page" and found.confidence >= PAGE_MIN_CONFIDENCE or found.method == "lines" \
+        and found.lines > 0
+
+
+@pytest.mark.parametrize("rotation", [0, 90, 180, 270])
+def test_careful_path_alone_undoes_rotation_and_skew(realdata_dir: Path, rotation: int) -> None:
+    """The detector path, taken when the page classifier is unsure, still stands on its own."""
+    found = _orientation_from_lines(_turn(_rgb(realdata_dir / SPECIMENS[0]), rotation, -7.0))
+    assert (found.rotation, found.method) == (rotation, "lines") and found.lines > 0
+    assert found.skew == pytest.approx(-7.0, abs=2.0)
+
+
+def test_page_classifier_is_sure_of_a_clean_card(realdata_dir: Path) -> None:
+    upright = _rgb(realdata_dir / SPECIMENS[2])
+    for rotation in (0, 90, 180, 270):
+        needed, confidence = _classify_page(_turn(upright, rotation, 0.0))
+        assert needed == rotation and confidence >= PAGE_MIN_CONFIDENCE
 
 
 def test_orient_returns_the_upright_page(realdata_dir: Path) -> None:

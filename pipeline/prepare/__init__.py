@@ -27,8 +27,12 @@ _INGEST_REASONS = frozenset({Reason.EMPTY_FILE, Reason.UNSUPPORTED_TYPE, Reason.
                              Reason.TOO_LARGE, Reason.CHANGED_DURING_RUN})
 
 
-def prepare_page(ref: DocumentRef, settings: PrepareSettings) -> PreparedImage | Failure:
-    """Decode, orient and resize the page `ref`; a `Failure` (never an exception) for a bad document."""
+def prepare_page(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool = True) -> PreparedImage | Failure:
+    """Decode, orient and resize the page `ref`; a `Failure` (never an exception) for a bad document.
+
+    `keep_full=False` leaves `full_pixels` out: only the embedded OCR reads it, and for a VLM run it would
+    make every queued page up to 6x larger than what is sent.
+    """
     try:
         decoded = load_page(ref, settings)
     except ContainerError as e:
@@ -53,7 +57,7 @@ def prepare_page(ref: DocumentRef, settings: PrepareSettings) -> PreparedImage |
         skew_corrected=found.skew,
         orientation="landscape" if width >= height else "portrait",
         visual_tokens=visual_tokens(sent.shape[1], sent.shape[0], settings.patch),
-        full_pixels=full if full.shape[0] * full.shape[1] > sent.shape[0] * sent.shape[1] else None,
+        full_pixels=full if keep_full and full.shape[0] * full.shape[1] > sent.shape[0] * sent.shape[1] else None,
         orientation_confidence=found.confidence,
     )
 

