@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pipeline.atomic import write_json_atomic
@@ -328,6 +327,8 @@ def read_dataset(out_dir: Path, table_name: str, schema: pa.Schema, columns: lis
     folder = out_dir / table_name
     if not folder.is_dir() or not any(folder.rglob("*.parquet")):
         return None
+    import pyarrow.dataset as ds  # ~1 s (it loads pandas): paid only when there is something to read
+
     dataset = ds.dataset(folder, format="parquet", partitioning="hive", schema=schema.append(
         pa.field("run_date", pa.string())))
     return dataset.to_table(columns=columns, filter=None if run_id is None else ds.field("run_id") == run_id)

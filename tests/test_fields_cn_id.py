@@ -158,5 +158,11 @@ def test_parse_front_name_drops_symbols_read_between_label_and_value(lines: list
     assert cn_id.parse_front(lines, today=TODAY).name == "张三"
 
 
+@pytest.mark.parametrize(("value_line", "name"), [("名胡婷", "胡婷"), ("姓名 胡婷", "胡婷"), ("胡婷", "胡婷"),
+                                                  ("名胡", "名胡")])  # two characters: nothing to strip
+def test_parse_front_name_drops_the_label_tail_its_box_repeats(value_line: str, name: str) -> None:
+    assert cn_id.parse_front(["姓名", value_line, "性别"], today=TODAY).name == name
+
+
 def test_parse_front_name_with_letters_or_digits_is_not_repaired() -> None:
     assert cn_id.parse_front(["姓名☑张3"], today=TODAY).name is None

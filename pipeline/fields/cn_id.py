@@ -98,6 +98,7 @@ def normalise_number(text: str, *, today: date | None = None) -> str | None:
 # -------------------------------------------------------------------------------------- card sides
 
 _NAME_LABEL = re.compile(r"^姓\s*名\s*[:：]?\s*")
+_LABEL_TAIL = re.compile(r"^(?:姓\s*)?名\s*[:：]?\s*(?=\S{2})")
 _LEADING_SYMBOLS = re.compile(r"^[^\w·•]+")  # a separator or speck read as a symbol ("姓名☑张三"): never a name
 _SEX_VALUE = re.compile(r"性\s*别\s*[:：]?\s*([男女])")
 _LABEL_ONLY = re.compile(r"^(姓名|性别|民族|出生|住址|公民身份号码|签发机关|有效期限)$")
@@ -139,7 +140,8 @@ def _name(lines: Sequence[str]) -> str | None:
             continue
         value = _LEADING_SYMBOLS.sub("", flat[m.end():])
         if not value and i + 1 < len(lines):
-            value = _LEADING_SYMBOLS.sub("", normalise_text(lines[i + 1]))
+            # The value's box can overlap the label's and repeat its tail ("姓名" / "名胡婷"); no surname is 名.
+            value = _LABEL_TAIL.sub("", _LEADING_SYMBOLS.sub("", normalise_text(lines[i + 1])))
         return value if _CJK_NAME.fullmatch(value) else None
     return None
 
