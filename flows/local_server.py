@@ -75,7 +75,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _healthy(api_url: str) -> bool:
+def healthy(api_url: str) -> bool:
+    """The Prefect API at `api_url` answers its health check."""
     try:
         with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
             return response.status == 200
@@ -136,7 +137,7 @@ class BackgroundServer:
         chosen = settings.server.ephemeral.startup_timeout_seconds
         timeout = chosen if TIMEOUT_VAR in os.environ or chosen != default else STARTUP_TIMEOUT_S
         deadline = time.monotonic() + timeout
-        while not _healthy(self.api_url):
+        while not healthy(self.api_url):
             code = self.proc.poll()
             if code == PORT_IN_USE:
                 self._spawn()

@@ -11,12 +11,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from flows.local_server import healthy
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BIN = Path(sys.executable).parent
@@ -37,14 +38,6 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str, every: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(every)
-
-
-def healthy(api: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{api}/health", timeout=5) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 @dataclass
