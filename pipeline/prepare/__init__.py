@@ -42,8 +42,9 @@ def prepare_page(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool
     page = decoded
     if max(decoded.shape[:2]) > max(FULL_MAX_LONG_EDGE, settings.max_long_edge):
         page, _ = crop_to_document(decoded)
-    # Orientation and skew are found and applied at working size: nothing downstream needs more pixels.
-    working = cap_long_edge(page, max(FULL_MAX_LONG_EDGE, settings.max_long_edge))
+    # Orientation and skew are found and applied at working size: nothing downstream needs more pixels (the
+    # sent size when no full-size copy is kept).
+    working = cap_long_edge(page, max(FULL_MAX_LONG_EDGE if keep_full else 0, settings.max_long_edge))
     upright, found = make_upright(working)
     height, width = upright.shape[:2]
     sent = resize_to(upright, fit_to_budget(width, height, settings))
