@@ -1,5 +1,5 @@
 """`python -m pipeline` is the same as the `idflow` command."""
 
-from pipeline.cli import app
+from pipeline.cli import main
 
-app()
+main()
