@@ -349,7 +349,8 @@ def test_server_runs_as_a_standalone_process() -> None:
         ready = process.stdout.readline().split()
         assert ready[0] == "READY" and ready[1].endswith("/v1")
         results = run(settings_for(ready[1]), [make_page(0), make_page(1)], concurrency=1)
-        assert all(isinstance(r, Extraction) for r in results) and results[0].attempts == 2
+        # Two workers encode pages in parallel, so either page may meet the one injected 500 first.
+        assert all(isinstance(r, Extraction) for r in results) and sorted(r.attempts for r in results) == [1, 2]
         port = ready[1].split(":")[2].split("/")[0]
         assert httpx.get(f"http://127.0.0.1:{port}/health").json() == {"status": "ok"}
         assert httpx.get(f"http://127.0.0.1:{port}/stats").json()["chat_requests"] == 3
