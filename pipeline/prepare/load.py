@@ -55,55 +55,59 @@ class VerifiedPage:
         w, h = self.size
         if min(w, h) < settings.min_input_side:
             raise ContainerError(Reason.TOO_SMALL, f"{w}x{h} is below min_input_side {settings.min_input_side}")
-        self._decoded: Image.Image | None = None  # the last decode, in RGB: reused when it is large enough
-        self._decoded_array: np.ndarray | None = None  # ... as an array, once a caller needed all of it
+        # The last decode, in RGB, reused when it is large enough: a PIL image until a caller needs all of it as
+        # an array, then only the array (a 4000 px page is 48 MB as a PIL image, 36 MB as an array).
+        self._decoded: Image.Image | np.ndarray | None = None
 
     @property
     def decoded_size(self) -> tuple[int, int] | None:
         """(w, h) of the last decode (None before the first): how much was really decoded."""
+        if isinstance(self._decoded, np.ndarray):
+            return self._decoded.shape[1], self._decoded.shape[0]
         return None if self._decoded is None else self._decoded.size
 
     def pixels(self, long_edge: int | None = None) -> np.ndarray:
         """The whole page as RGB, decoded at full size, or smaller but with a long edge of at least
         `long_edge` (not resized to it: the caller decides how it shrinks what it gets)."""
         self._decode(1.0 if long_edge is None else long_edge / max(self.size))
-        return self._whole_array()
+        return self._as_array()
 
     def region(self, box: Box | None, long_edge: int) -> np.ndarray:
         """`box` of the page (None: all of it) as RGB, shrunk to a long edge of at most `long_edge`: the same size
         as cropping a full decode and capping it with `cap_long_edge`, from the smallest decode that allows it."""
         x0, y0, x1, y1 = box or (0, 0, *self.size)
         target_w, target_h = capped_size(x1 - x0, y1 - y0, long_edge)
-        image = self._decode(max(target_w / (x1 - x0), target_h / (y1 - y0)))
+        width, height = self._decode(max(target_w / (x1 - x0), target_h / (y1 - y0)))
         # Box to decoded pixels, rounded outwards so the region never comes out smaller than the target.
-        fx, fy = image.width / self.size[0], image.height / self.size[1]
+        fx, fy = width / self.size[0], height / self.size[1]
         crop = (math.floor(x0 * fx), math.floor(y0 * fy),
-                min(image.width, math.ceil(x1 * fx)), min(image.height, math.ceil(y1 * fy)))
-        if self._decoded_array is not None or crop == (0, 0, image.width, image.height):
-            pixels = self._whole_array()[crop[1]:crop[3], crop[0]:crop[2]]  # a view: no copy
+                min(width, math.ceil(x1 * fx)), min(height, math.ceil(y1 * fy)))
+        if isinstance(self._decoded, Image.Image) and crop != (0, 0, width, height):
+            pixels = _array(self._decoded.crop(crop))  # cropped before the array copy: a card is a tenth of the page
         else:
-            pixels = _array(image.crop(crop))  # cropped before the array copy: a card is a tenth of the page
+            pixels = self._as_array()[crop[1]:crop[3], crop[0]:crop[2]]  # a view: no copy
         return resize_to(pixels, (target_w, target_h))
 
-    def _decode(self, fraction: float) -> Image.Image:
-        """The page as RGB, at least `fraction` of its full size on each side (1 or more: full size)."""
-        if self._decoded is not None and min(self._decoded.width / self.size[0],
-                                             self._decoded.height / self.size[1]) >= fraction:
-            return self._decoded
+    def _decode(self, fraction: float) -> tuple[int, int]:
+        """Decode the page at least `fraction` of its full size on each side (1 or more: full size), unless the
+        last decode already is; its (w, h)."""
+        size = self.decoded_size
+        if size is not None and min(size[0] / self.size[0], size[1] / self.size[1]) >= fraction:
+            return size
         min_size = None
         if fraction < 1:  # the epsilon: float noise (asking 2000.0000001 px -> 2001) must not cost a DCT scale
             min_size = (max(1, math.ceil(self.size[0] * fraction - 1e-6)),
                         max(1, math.ceil(self.size[1] * fraction - 1e-6)))
+        self._decoded = None  # free the previous decode first
         self._decoded = to_rgb(open_page(self._data, self._page, self._settings, min_size=min_size))
-        self._decoded_array = None
-        return self._decoded
+        return self._decoded.size
 
-    def _whole_array(self) -> np.ndarray:
-        """The last decode as an RGB array, converted once (a 4000 px page is a 36 MB copy)."""
-        if self._decoded_array is None:
-            assert self._decoded is not None
-            self._decoded_array = _array(self._decoded)
-        return self._decoded_array
+    def _as_array(self) -> np.ndarray:
+        """The last decode as an RGB array, converted once."""
+        if isinstance(self._decoded, Image.Image):
+            self._decoded = _array(self._decoded)
+        assert self._decoded is not None
+        return self._decoded
 
 
 def load_page(ref: DocumentRef, settings: PrepareSettings) -> np.ndarray:
