@@ -168,6 +168,17 @@ def test_vlm_working_page_of_a_photo_is_decoded_at_half_size(tmp_path: Path) -> 
     assert np.abs(working.astype(np.float32) - reference).mean() < 3
 
 
+def test_a_full_decode_is_reused_not_repeated(tmp_path: Path) -> None:
+    path = tmp_path / "page.png"
+    Image.new("RGB", (3000, 2000), "white").save(path)
+    page = VerifiedPage(_ref(path), SETTINGS)
+    whole = page.pixels(5000)  # more than the page has: full size, once
+    assert whole.shape == (2000, 3000, 3)
+    assert page.region((0, 0, 1500, 1000), 800).shape == (533, 800, 3)
+    assert page.pixels() is whole  # the region was cut from the array in hand: nothing decoded again
+    assert page.pixels(5000) is whole
+
+
 def test_ocr_working_page_of_a_photo_stays_full_size(tmp_path: Path) -> None:
     """4000 px shrunk to 2400: no DCT scale (1/2 = 2000 px) is large enough, so the page is decoded whole."""
     page = VerifiedPage(_ref(_photo(tmp_path / "photo.jpg")), SETTINGS)

@@ -91,6 +91,7 @@ class VerifiedPage:
     def _decode(self, fraction: float) -> tuple[int, int]:
         """Decode the page at least `fraction` of its full size on each side (1 or more: full size), unless the
         last decode already is; its (w, h)."""
+        fraction = min(fraction, 1.0)
         size = self.decoded_size
         if size is not None and min(size[0] / self.size[0], size[1] / self.size[1]) >= fraction:
             return size
