@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import io
+import math
 import os
 import stat
 import threading
@@ -36,6 +37,7 @@ from pipeline.datamodel import Reason
 
 _SNIFF_BYTES = 1024  # PDF allows junk before "%PDF-" within the first 1 KiB
 _PDF_POINTS_PER_INCH = 72.0
+_TRANSPOSING_ORIENTATIONS = frozenset({5, 6, 7, 8})  # EXIF turns that swap width and height
 
 # pdfium is not thread-safe: every call into it (open, count, render, close) goes through this lock.
 _PDFIUM_LOCK = threading.Lock()
@@ -168,38 +170,52 @@ def page_count(source: Source, settings: PrepareSettings | None = None) -> int:
         return _tiff_frames(im) if kind is Kind.TIFF else 1
 
 
-def open_page(source: Source, page: int, settings: PrepareSettings) -> Image.Image:
+def open_page(source: Source, page: int, settings: PrepareSettings, *,
+              min_size: tuple[int, int] | None = None) -> Image.Image:
     """Page `page` (0-based) decoded into memory, as a viewer shows it (EXIF orientation applied).
 
     PDF pages are rendered at `settings.pdf_dpi`. Pixel mode is left as stored (CMYK, I;16, P, ...).
+
+    `min_size` (w, h as shown) lets the page come out smaller than `page_size`, but never below `min_size` on
+    either side: a JPEG is decoded with DCT scaling by 1/2, 1/4 or 1/8 (the largest that keeps `min_size`; the
+    decoder then skips the fine detail, so a 1/2 decode costs about a third of a full one), a PDF is rendered at
+    the dpi that gives `min_size` (never above `pdf_dpi`). Other formats are always decoded whole. The pixel cap
+    applies to the full declared size either way.
     """
     data = _data(source, settings)
     kind = sniff(data)
     if kind is Kind.PDF:
-        return _render_pdf_page(data, page, settings)
+        return _render_pdf_page(data, page, settings, min_size)
     im = _open_image(data, kind, settings)  # in memory: nothing to close, and the page may be `im` itself
     _seek(im, page)
     _check_pixels(im.size, settings)
+    if min_size is not None and kind is Kind.JPEG:
+        w, h = min_size
+        im.draft(None, (h, w) if _orientation(im) in _TRANSPOSING_ORIENTATIONS else (w, h))
     return _decode(im)
 
 
 def page_size(source: Source, page: int, settings: PrepareSettings) -> tuple[int, int]:
-    """(width, height) of a page as stored, from the header alone: what `--dry-run` needs to predict tokens
-    without decoding a whole folder. Rotation does not change the token count, so EXIF is ignored here."""
+    """(width, height) of a page as `open_page` gives it at full size (EXIF turn included), from the header
+    alone: what `--dry-run` needs to predict tokens without decoding a whole folder, and what `prepare` needs to
+    decide how small a page may be decoded."""
     data = _data(source, settings)
     kind = sniff(data)
     if kind is Kind.PDF:
-        scale = settings.pdf_dpi / _PDF_POINTS_PER_INCH
         with _PDFIUM_LOCK:
             doc = _open_pdf(data)
             try:
                 w_pt, h_pt = doc[page].get_size()
             finally:
                 doc.close()
-        return round(w_pt * scale), round(h_pt * scale)
+        return _pdf_pixels(w_pt, h_pt, settings.pdf_dpi / _PDF_POINTS_PER_INCH)
     with _open_image(data, kind, settings) as im:
         _seek(im, page)
-        return im.size
+        w, h = im.size
+        # Pillow turns a TIFF frame itself (its size is already as shown); other formats are turned by `_upright`.
+        if kind is not Kind.TIFF and _orientation(im) in _TRANSPOSING_ORIENTATIONS:
+            return h, w
+        return w, h
 
 
 def _open_image(data: bytes, kind: Kind, settings: PrepareSettings) -> Image.Image:
@@ -261,12 +277,20 @@ def _decode(im: Image.Image) -> Image.Image:
 def _upright(im: Image.Image) -> Image.Image:
     """The page turned as the EXIF Orientation tag says; the decoded image itself when it needs no turn (a copy
     of a 4000 px scan costs ~50 ms). Done right after decoding because TIFF reads its tags from the frame."""
+    if _orientation(im) in (0, 1):
+        return im
     try:
-        if im.getexif().get(ExifTags.Base.Orientation, 1) in (0, 1):
-            return im
         return ImageOps.exif_transpose(im)
     except Exception:  # noqa: BLE001 - a broken EXIF block must not cost us a readable page
         return im
+
+
+def _orientation(im: Image.Image) -> int:
+    """The EXIF Orientation tag (1: as stored); 1 when the EXIF block is missing or broken."""
+    try:
+        return int(im.getexif().get(ExifTags.Base.Orientation, 1))
+    except Exception:  # noqa: BLE001 - a broken EXIF block must not cost us a readable page
+        return 1
 
 
 def _open_pdf(data: bytes) -> pdfium.PdfDocument:
@@ -288,7 +312,13 @@ def _pdf_page_count(data: bytes) -> int:
     return n
 
 
-def _render_pdf_page(data: bytes, page: int, settings: PrepareSettings) -> Image.Image:
+def _pdf_pixels(w_pt: float, h_pt: float, scale: float) -> tuple[int, int]:
+    """Bitmap size pdfium renders a page of this many points at `scale` (pypdfium2 rounds up)."""
+    return math.ceil(w_pt * scale), math.ceil(h_pt * scale)
+
+
+def _render_pdf_page(data: bytes, page: int, settings: PrepareSettings,
+                     min_size: tuple[int, int] | None) -> Image.Image:
     scale = settings.pdf_dpi / _PDF_POINTS_PER_INCH
     with _PDFIUM_LOCK:
         doc = _open_pdf(data)
@@ -297,7 +327,9 @@ def _render_pdf_page(data: bytes, page: int, settings: PrepareSettings) -> Image
                 raise ContainerError(Reason.UNREADABLE, f"page {page} not in PDF of {len(doc)} pages")
             pdf_page = doc[page]
             w_pt, h_pt = pdf_page.get_size()
-            _check_pixels((round(w_pt * scale), round(h_pt * scale)), settings)
+            _check_pixels(_pdf_pixels(w_pt, h_pt, scale), settings)
+            if min_size is not None:  # the lowest dpi that still gives min_size
+                scale = min(scale, max(min_size[0] / w_pt, min_size[1] / h_pt))
             try:
                 bitmap = pdf_page.render(scale=scale, may_draw_forms=True)
             except pdfium.PdfiumError as e:

@@ -1,17 +1,20 @@
 """The prepare stage: one page in, one upright page fitted to the visual-token budget out (or a Failure).
 
-load (decode any container/mode to RGB) -> orient (rotation + skew from text lines) -> resize (patch grid).
+load (decode any container/mode to RGB, no larger than needed) -> crop (flatbed page to the card) -> orient
+(rotation + skew from text lines) -> resize (patch grid).
 A bad document never raises: container problems become stage "ingest" failures, undecodable or tiny pages
 stage "preprocess" failures, so a run always finishes.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from pipeline.config import PrepareSettings
 from pipeline.containers import ContainerError
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason, Stage
-from pipeline.prepare.crop import crop_to_document
-from pipeline.prepare.load import load_page
+from pipeline.prepare.crop import ANALYSIS_LONG_EDGE, find_document
+from pipeline.prepare.load import VerifiedPage
 from pipeline.prepare.orient import Orientation, make_upright
 from pipeline.prepare.resize import cap_long_edge, encode, fit_to_budget, resize_to, visual_tokens
 
@@ -33,18 +36,13 @@ def prepare_page(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool
     `keep_full=False` leaves `full_pixels` out: only the embedded OCR reads it, and for a VLM run it would
     make every queued page up to 6x larger than what is sent.
     """
-    try:
-        decoded = load_page(ref, settings)
-    except ContainerError as e:
-        return Failure.for_ref(ref, _stage_of(e.reason), e.reason, e.detail)
-    # A page larger than the working size may be a flatbed scan with the card in a corner: crop to the
-    # document first, so capping the size below shrinks the card, not the empty page around it.
-    page = decoded
-    if max(decoded.shape[:2]) > max(FULL_MAX_LONG_EDGE, settings.max_long_edge):
-        page, _ = crop_to_document(decoded)
     # Orientation and skew are found and applied at working size: nothing downstream needs more pixels (the
     # sent size when no full-size copy is kept).
-    working = cap_long_edge(page, max(FULL_MAX_LONG_EDGE if keep_full else 0, settings.max_long_edge))
+    try:
+        working, original_size = _working_page(
+            ref, settings, max(FULL_MAX_LONG_EDGE if keep_full else 0, settings.max_long_edge))
+    except ContainerError as e:
+        return Failure.for_ref(ref, _stage_of(e.reason), e.reason, e.detail)
     upright, found = make_upright(working)
     height, width = upright.shape[:2]
     sent = resize_to(upright, fit_to_budget(width, height, settings))
@@ -52,7 +50,7 @@ def prepare_page(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool
     return PreparedImage(
         ref=ref,
         pixels=sent,
-        original_size=(decoded.shape[1], decoded.shape[0]),
+        original_size=original_size,
         sent_size=(sent.shape[1], sent.shape[0]),
         rotation_applied=found.rotation,
         skew_corrected=found.skew,
@@ -61,6 +59,22 @@ def prepare_page(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool
         full_pixels=full if keep_full and full.shape[0] * full.shape[1] > sent.shape[0] * sent.shape[1] else None,
         orientation_confidence=found.confidence,
     )
+
+
+def _working_page(ref: DocumentRef, settings: PrepareSettings,
+                  working_edge: int) -> tuple[np.ndarray, tuple[int, int]]:
+    """The page (or the document on it) capped to `working_edge`, and the page's full size; decoded no larger
+    than that needs (a JPEG by DCT scaling, a PDF at a lower dpi).
+
+    A page larger than the working size may be a flatbed scan with the card in a corner: it is cropped to the
+    document first, so capping shrinks the card, not the empty page around it. The card is looked for on a
+    decode sized for the whole page; only a card too small in that decode costs a second, larger one.
+    """
+    page = VerifiedPage(ref, settings)
+    box = None
+    if max(page.size) > max(FULL_MAX_LONG_EDGE, settings.max_long_edge):
+        box = find_document(page.pixels(max(working_edge, ANALYSIS_LONG_EDGE)), page.size)
+    return page.region(box, working_edge), page.size
 
 
 def _stage_of(reason: Reason) -> Stage:

@@ -1,4 +1,4 @@
-"""Find the document on a large page (a flatbed scan of an A4 sheet with the card in a corner) and crop to it.
+"""Find the document on a large page (a flatbed scan of an A4 sheet with the card in a corner), to crop to it.
 
 Why: the working page is capped in size (OCR detector time, VLM tokens), and shrinking a whole 4000 px A4 scan
 to that cap shrinks a card in its corner to less than half its scanned resolution; the MRZ then becomes
@@ -8,7 +8,9 @@ How: on a small copy of the page, a pixel is "content" if it differs in colour f
 (estimated from the page border) or sits on a sharp edge (text, card outline). Content is closed into blobs;
 the crop is the box around all sizeable blobs, with a margin. Nothing is cropped unless the content clearly
 occupies a small part of the page, so a card filling a photo or a full-page document is left alone. The crop
-is axis-aligned and taken before orientation, so a rotated or skewed card is kept whole.
+is axis-aligned and taken before orientation, so a rotated or skewed card is kept whole. The search needs no
+more than `ANALYSIS_LONG_EDGE` pixels, so it can run on a cheap reduced decode of the page, and give the box in
+the coordinates of the full-size page that is then decoded (only as large as the box needs).
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ MAX_SIDE_FRACTION = 0.8  # ... or when both its sides are at most this share of 
 MARGIN_FRACTION = 0.05  # margin around the box, as a share of the box's long side
 
 
-def find_document(rgb: np.ndarray) -> tuple[int, int, int, int] | None:
-    """(x0, y0, x1, y1) of the document on `rgb` in its pixel coordinates, or None to keep the whole page."""
-    h, w = rgb.shape[:2]
+def find_document(rgb: np.ndarray, page_size: tuple[int, int] | None = None) -> tuple[int, int, int, int] | None:
+    """(x0, y0, x1, y1) of the document on `rgb`, or None to keep the whole page.
+
+    The box is in the pixel coordinates of `page_size` (w, h), the full size of the page `rgb` is a reduced copy
+    of (default: `rgb`'s own size).
+    """
+    w, h = page_size or (rgb.shape[1], rgb.shape[0])
     small = cap_long_edge(rgb, ANALYSIS_LONG_EDGE)
     sh, sw = small.shape[:2]
     if min(sh, sw) < 32:
@@ -60,15 +66,5 @@ def find_document(rgb: np.ndarray) -> tuple[int, int, int, int] | None:
     if not (small_area or small_sides):
         return None
     margin = MARGIN_FRACTION * max(bw, bh)
-    box = (max(0, int((x0 - margin) * scale)), max(0, int((y0 - margin) * scale)),
-           min(w, int(np.ceil((x1 + margin) * scale))), min(h, int(np.ceil((y1 + margin) * scale))))
-    return box
-
-
-def crop_to_document(rgb: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int, int] | None]:
-    """`rgb` cropped to the document found on it (a view, no copy), and the box used (None: page kept)."""
-    box = find_document(rgb)
-    if box is None:
-        return rgb, None
-    x0, y0, x1, y1 = box
-    return rgb[y0:y1, x0:x1], box
+    return (max(0, int((x0 - margin) * scale)), max(0, int((y0 - margin) * scale)),
+            min(w, int(np.ceil((x1 + margin) * scale))), min(h, int(np.ceil((y1 + margin) * scale))))

@@ -60,13 +60,18 @@ def resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return pixels if pixels.shape[1::-1] == (w, h) else cv2.resize(pixels, (w, h), interpolation=cv2.INTER_AREA)
 
 
+def capped_size(width: int, height: int, long_edge: int) -> tuple[int, int]:
+    """(w, h) shrunk (aspect kept) so the long edge is at most `long_edge`; unchanged if already smaller."""
+    scale = long_edge / max(width, height)
+    if scale >= 1:
+        return width, height
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
 def cap_long_edge(pixels: np.ndarray, long_edge: int) -> np.ndarray:
     """`pixels` shrunk (aspect kept) so its long edge is at most `long_edge`; unchanged if already smaller."""
     h, w = pixels.shape[:2]
-    scale = long_edge / max(w, h)
-    if scale >= 1:
-        return pixels
-    return resize_to(pixels, (max(1, round(w * scale)), max(1, round(h * scale))))
+    return resize_to(pixels, capped_size(w, h, long_edge))
 
 
 def encode(pixels: np.ndarray, fmt: str = "jpeg", quality: int = 90) -> tuple[bytes, str]:
