@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.datamodel import Extraction, FieldReading
+from pipeline.fields.document import NAME_EXTENDED_CHECK
 from pipeline.fields.mrz import NAME_FILLERS_CHECK
 
 TABLE_NAME = "calibration_table.json"
@@ -40,6 +41,7 @@ def evidence_class(field: str, doc_type: str | None, checks: list[str], failures
                   "expiry_date": "cn.validity"}[field]
     elif has_mrz:
         name_source = "mrz.name_debris" if NAME_FILLERS_CHECK in failures else \
+            "mrz.name_printed_longer" if NAME_EXTENDED_CHECK in checks else \
             "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz")
         source = {"name": name_source,
                   "id_number": "mrz.number_" + verdict("mrz.number"),

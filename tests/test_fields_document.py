@@ -238,3 +238,39 @@ def test_lone_filler_read_as_k_is_split_only_where_the_page_shows_the_words() ->
     assert r.fields["name"] == "ERIKSSON ANNA MARIA" and "cross.name_mrz_vs_viz" in r.checks
     # without the printed words the zone is read as printed: KMARIA could be a name
     assert read_document(page(*glued), TODAY).fields["name"] == "ERIKSSON ANNAKMARIA"
+
+
+# ------------------------------------------------------------- printed name vs the zone's own name
+
+AZE_TD3 = ["PCAZEABDULLAYEV<<DIL<<<<<<<<<<<<<<<<<<<<<<<<", "C193895647AZE9408148M28081525188L2V<<<<<<<42"]
+
+
+def test_printed_name_continuing_the_zone_name_is_the_name_but_never_auto_accepted() -> None:
+    """The MIDV-2020 Azerbaijani template: the printed zone gives surname and "given name, patronymic"; the
+    zone (and its printed Latin line) lost the given name's first letter and has no room for the patronymic."""
+    r = read_document(page("Soyadi/Surname", "ABDULLAYEV", "Adi, atasinin adi/Given name, patronymic",
+                           "ADIL BƏKIR OĞLU", "DIL", *AZE_TD3), TODAY)
+    assert r.fields["name"] == "ABDULLAYEV ADIL BƏKIR OĞLU"
+    assert "cross.name_printed_extends_mrz" in r.checks
+    from pipeline.calibration import evidence_class, shipped
+    cls = evidence_class("name", r.doc_type, r.checks, r.check_failures)
+    assert cls == "name/mrz.name_printed_longer" and shipped().confidence(cls, 1.0) < 0.95
+
+
+@pytest.mark.parametrize("printed_given", ["ANNA", "ANNA MARIA", "ANNE MARIA LOUISE", "MARIA ANNA LOUISE"])
+def test_a_printed_name_that_does_not_continue_the_zone_name_is_not_taken(printed_given: str) -> None:
+    r = read_document(page("Surname", "ERIKSSON", "Given names", printed_given, *TD3), TODAY)
+    assert "cross.name_printed_extends_mrz" not in r.checks
+    assert r.fields["name"] in ("ERIKSSON ANNA MARIA", None)
+
+
+def test_the_zone_name_line_cannot_confirm_itself() -> None:
+    """OCR split a TD1 name line into "ERIKSSON<<", "ANNA<MARIA" and a run of fillers: the fragments sit in the
+    zone's band, so they are not printed evidence for the zone's name."""
+    td1 = ["I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6"]
+    split = ("ERIKSSON<<", "ANNA<MARIA", "<<<<<<<<<<")
+    r = read_document(page("IDENTITY CARD", *td1, split), TODAY)
+    assert r.fields["name"] == "ERIKSSON ANNA MARIA"
+    assert "cross.name_mrz_vs_viz" not in r.checks
+    r = read_document(page("ERIKSSON", "ANNA MARIA", *td1, split), TODAY)
+    assert "cross.name_mrz_vs_viz" in r.checks

@@ -25,7 +25,7 @@ import numpy as np
 from pipeline import calibration
 from pipeline.backends import mrz_reread
 from pipeline.datamodel import Extraction, Failure, PreparedImage
-from pipeline.fields.document import DocumentReading, OcrLine, read_document
+from pipeline.fields.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, read_document
 
 MODEL_NAME = f"rapidocr-{version('rapidocr')}-ppocr"
 
@@ -108,7 +108,7 @@ def needs_second_reading(reading: DocumentReading) -> bool:
         return True
     unreadable = any(reading.states[k].state == "unreadable" for k in _MRZ_FIELDS if k in reading.states)
     # the name line has no check digit: a name the printed zone does not confirm is worth a second look
-    unconfirmed = "cross.name_mrz_vs_viz" not in reading.checks
+    unconfirmed = not {"cross.name_mrz_vs_viz", NAME_EXTENDED_CHECK} & set(reading.checks)
     return unreadable or unconfirmed or any(c.startswith("mrz.") for c in reading.check_failures)
 
 

@@ -35,6 +35,8 @@ _HEURISTIC = 0.5  # value found by position/shape rather than a label (visual zo
 # Below this similarity a printed name and a zone name are different names, not one name with a misprint
 # or OCR slip (ERIKKSON/ERIKSSON on the ICAO specimen): neither can be trusted over the other.
 _SAME_NAME_RATIO = 0.8
+# Passed (in `checks`) when the name is the printed one because it continues the zone's (`_printed_extension`).
+NAME_EXTENDED_CHECK = "cross.name_printed_extends_mrz"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +119,8 @@ def _fold(text: str) -> str:
 
 _LABELS: dict[str, tuple[str, ...]] = {
     "surname": ("surname", "primary identifier", "apellidos", "nom", "mbiemri", "soyadi", "nazwisko"),
-    "given": ("given names", "given name", "secondary identifier", "prenoms", "nombres", "emri", "vorname"),
+    "given": ("given names", "given name", "secondary identifier", "prenoms", "nombres", "emri", "vorname",
+              "given name patronymic", "given names patronymic"),
     "name": ("name", "nombre", "name surname given names"),
     "number": ("passport no", "document no", "passport number", "card no", "no of document", "numero"),
     "expiry": ("date of expiry", "expiry", "valid until", "expiration date", "date d expiration",
@@ -271,9 +274,10 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
     no check digit whose printed reading is a different name is unreadable: neither reading is evidence
     for itself.
     """
-    zone_boxes = [x for x in lines if x.text.count("<") >= 2 and len(x.text) >= 15]
+    zone_boxes = _zone_boxes(lines)
     printed_boxes = [x for x in lines if x not in zone_boxes]
-    base = mean(x.score for x in zone_boxes) if zone_boxes else mean(x.score for x in lines)
+    seeds = [x for x in zone_boxes if _filler_rich(x)]
+    base = mean(x.score for x in seeds) if seeds else mean(x.score for x in lines)
     b.checks += zone.checks_passed
     b.failures += zone.checks_failed
 
@@ -295,9 +299,13 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
     if zone.name and looks_like_name(zone.name):
         words = {w for x in printed_boxes for w in _fold(x.text).split()}
         name = _split_glued_words(zone.name, words)
+        fuller = _printed_extension(name, viz_name[0]) if viz_name is not None else None
         agrees = set(name.split()) <= words
         disagrees = viz_name is not None and _fold(viz_name[0]) != _fold(name)
-        if not agrees and disagrees and \
+        if fuller is not None:  # the printed full name (patronymic, more given names) continues the zone's
+            b.checks.append(NAME_EXTENDED_CHECK)
+            b.present("name", fuller, min(base, viz_name[1]))
+        elif not agrees and disagrees and \
                 difflib.SequenceMatcher(None, _fold(viz_name[0]), _fold(name)).ratio() < _SAME_NAME_RATIO:
             b.failures.append("cross.name_mrz_vs_viz")
             b.unreadable("name")
@@ -342,6 +350,42 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         dates = parse_printed_dates(viz_expiry[0], today=today)
         if dates:
             b.present("expiry_date", dates[0].isoformat(), viz_expiry[1] * _HEURISTIC)
+
+
+def _filler_rich(line: OcrLine) -> bool:
+    """A box of zone text: a long one with fillers, or a run of fillers OCR split off a line."""
+    fillers = line.text.count("<")
+    return fillers >= 2 and (len(line.text) >= 15 or 2 * fillers >= len(line.text))
+
+
+def _zone_boxes(lines: Sequence[OcrLine]) -> list[OcrLine]:
+    """The boxes of the machine-readable zone: the filler-rich ones and every box within their band (a
+    fragment of a zone line whose fillers were split off or misread). Only the other boxes are the printed
+    zone, so the zone's own name line can never confirm itself."""
+    seeds = [x for x in lines if _filler_rich(x)]
+    if not seeds:
+        return []
+    margin = max(x.height for x in seeds)
+    top, bottom = min(x.top for x in seeds), max(x.bottom for x in seeds)
+    left, right = min(x.left for x in seeds) - margin, max(x.right for x in seeds) + margin
+    return [x for x in lines if top <= x.middle <= bottom and left <= x.left and x.right <= right]
+
+
+def _printed_extension(zone_name: str, printed_name: str) -> str | None:
+    """The printed name when it is the zone's name continued: the zone's words first, in order (a word may
+    have lost one letter in the zone, e.g. a stroke missing in print), then more words (a patronymic, given
+    names the zone had no room for). The printed zone carries the full name in the issuer's spelling; the
+    zone only a transliteration that may stop short. None when the printed name is anything else."""
+    zone_words, printed_words = _fold(zone_name).split(), _fold(printed_name).split()
+    if len(printed_words) <= len(zone_words) or not looks_like_name(printed_name):
+        return None
+    if all(z == p or _one_letter_lost(z, p) for z, p in zip(zone_words, printed_words)):
+        return " ".join(printed_name.split())
+    return None
+
+
+def _one_letter_lost(short: str, long: str) -> bool:
+    return len(long) == len(short) + 1 >= 3 and any(long[:i] + long[i + 1:] == short for i in range(len(long)))
 
 
 def _split_glued_words(name: str, printed_words: set[str]) -> str:
