@@ -25,7 +25,7 @@ from typing import Any
 
 from pipeline.datamodel import Extraction, FieldReading
 from pipeline.fields.document import NAME_EXTENDED_CHECK
-from pipeline.fields.mrz import NAME_FILLERS_CHECK
+from pipeline.fields.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK
 
 TABLE_NAME = "calibration_table.json"
 
@@ -44,7 +44,8 @@ def evidence_class(field: str, doc_type: str | None, checks: list[str], failures
             "mrz.name_printed_longer" if NAME_EXTENDED_CHECK in checks else \
             "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz")
         source = {"name": name_source,
-                  "id_number": "mrz.number_" + verdict("mrz.number"),
+                  "id_number": "mrz.number_unconfirmed" if NUMBER_UNCONFIRMED_CHECK in failures else
+                  "mrz.number_" + verdict("mrz.number"),
                   "expiry_date": "mrz.expiry_" + verdict("mrz.expiry")}[field]
     else:
         source = "printed"

@@ -274,3 +274,21 @@ def test_the_zone_name_line_cannot_confirm_itself() -> None:
     assert "cross.name_mrz_vs_viz" not in r.checks
     r = read_document(page("ERIKSSON", "ANNA MARIA", *td1, split), TODAY)
     assert "cross.name_mrz_vs_viz" in r.checks
+
+
+def test_a_final_a_swallowed_by_a_filler_run_read_as_as_is_restored_only_from_the_page() -> None:
+    zone = [TD3[0].replace("<<<<<<<<<<<<<<<<<<<", "AAAAAAAAAAAAAAAAAAA"), TD3[1]]
+    assert read_document(page("PASSPORT", "ERIKSSON", "ANNA MARIA", *zone), TODAY).fields["name"] == \
+        "ERIKSSON ANNA MARIA"
+    assert read_document(page("PASSPORT", *zone), TODAY).fields["name"] == "ERIKSSON ANNA MARI"
+
+
+def test_a_number_repaired_by_its_own_check_digit_is_confirmed_only_by_the_page() -> None:
+    from pipeline.calibration import evidence_class
+    zone = [TD3[0], TD3[1].replace("L898902C3", "L8989O2C3")]
+    alone = read_document(page("PASSPORT", *zone), TODAY)
+    assert alone.fields["id_number"] == "L898902C3" and "repair.mrz_number_unconfirmed" in alone.check_failures
+    assert evidence_class("id_number", alone.doc_type, alone.checks, alone.check_failures) == \
+        "id_number/mrz.number_unconfirmed"
+    shown = read_document(page("PASSPORT", "L898902C3", *zone), TODAY)
+    assert "repair.mrz_number_unconfirmed" not in shown.check_failures and "cross.number_mrz_vs_viz" in shown.checks

@@ -302,3 +302,20 @@ def test_find_td1_first_line_that_lost_its_fillers_behind_a_digit_line() -> None
     r = mrz.find(lines, TODAY)
     assert r is not None and r.valid
     assert (r.number, r.name, r.expiry_date) == ("T22000129", "MUSTERMANN ERIKA", date(2020, 10, 31))
+
+
+@pytest.mark.parametrize(("line1", "name"), [
+    (TD3[0].replace("<", "Λ"), "ERIKSSON ANNA MARIA"),  # chevrons read as Greek capital lambda
+    # the closing run read as A's swallows the final A; only the printed zone can give it back (fields.document)
+    (TD3[0].replace("<<<<<<<<<<<<<<<<<<<", "AAAAAAAAAAAAAAAAAAA"), "ERIKSSON ANNA MARI"),
+])
+def test_find_reads_filler_lookalikes_in_the_name_line(line1: str, name: str) -> None:
+    r = mrz.find([line1, TD3[1]], TODAY)
+    assert r is not None and r.valid and not r.name_debris
+    assert r.name == name
+
+
+def test_a_number_the_check_digit_chose_is_marked_repaired() -> None:
+    assert not mrz.find(TD3, TODAY).number_repaired
+    repaired = mrz.find([TD3[0], TD3[1].replace("L898902C3", "L8989O2C3")], TODAY)
+    assert repaired.number == "L898902C3" and repaired.valid and repaired.number_repaired

@@ -100,7 +100,8 @@ _MRZ_FIELDS = ("name", "id_number", "expiry_date")
 
 def needs_second_reading(reading: DocumentReading) -> bool:
     """No MRZ decoded on a page that is not a PRC ID (whose sides have none), or an MRZ that left a field
-    unreadable, failed a check digit or gave a name the printed zone does not confirm."""
+    unreadable, failed a check digit, has a number only its check digit's choice repaired, or gave a name
+    the printed zone does not confirm."""
     if reading.doc_type == "cn_id":
         return False
     decoded = any(c.startswith("mrz.") for c in reading.checks + reading.check_failures)
@@ -109,7 +110,7 @@ def needs_second_reading(reading: DocumentReading) -> bool:
     unreadable = any(reading.states[k].state == "unreadable" for k in _MRZ_FIELDS if k in reading.states)
     # the name line has no check digit: a name the printed zone does not confirm is worth a second look
     unconfirmed = not {"cross.name_mrz_vs_viz", NAME_EXTENDED_CHECK} & set(reading.checks)
-    return unreadable or unconfirmed or any(c.startswith("mrz.") for c in reading.check_failures)
+    return unreadable or unconfirmed or any(c.startswith(("mrz.", "repair.mrz")) for c in reading.check_failures)
 
 
 def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentReading, today: date) -> DocumentReading:

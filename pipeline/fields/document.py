@@ -21,7 +21,7 @@ from typing import Literal, Protocol, Sequence
 from pipeline.datamodel import FIELD_NAMES, FieldReading
 from pipeline.fields import cn_id, cn_permanent_residence, driving_licence, french_id, mrz
 from pipeline.fields.dates import parse_printed_dates
-from pipeline.fields.mrz import NAME_FILLERS_CHECK
+from pipeline.fields.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK
 from pipeline.fields.names import looks_like_name
 
 DocumentType = Literal["cn_id", "passport", "id_card", "visa", "driving_licence", "cn_permanent_residence",
@@ -298,7 +298,7 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         b.failures.append(NAME_FILLERS_CHECK)
     if zone.name and looks_like_name(zone.name):
         words = {w for x in printed_boxes for w in _fold(x.text).split()}
-        name = _split_glued_words(zone.name, words)
+        name = _as_printed(zone.name, words)
         fuller = _printed_extension(name, viz_name[0]) if viz_name is not None else None
         agrees = set(name.split()) <= words
         disagrees = viz_name is not None and _fold(viz_name[0]) != _fold(name)
@@ -330,6 +330,8 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         disagrees = zone.doc_type != "visa" and viz_number is not None and \
             re.sub(r"\s+", "", viz_number[0].upper()) != zone.number
         factor = cross("cross.number_mrz_vs_viz", agrees, disagrees)
+        if getattr(zone, "number_repaired", False) and not agrees:
+            b.failures.append(NUMBER_UNCONFIRMED_CHECK)
         b.present("id_number", zone.number, base * factor * _check_factor(zone, "mrz.number"))
     elif zone.doc_type == "driving_licence" and viz_number is not None:  # issuer layout not decoded
         b.present("id_number", re.sub(r"\s+", "", viz_number[0].upper()), viz_number[1] * _HEURISTIC)
@@ -388,16 +390,22 @@ def _one_letter_lost(short: str, long: str) -> bool:
     return len(long) == len(short) + 1 >= 3 and any(long[:i] + long[i + 1:] == short for i in range(len(long)))
 
 
-def _split_glued_words(name: str, printed_words: set[str]) -> str:
-    """A lone '<' between two names read as K glues them ("ANNAKMARIA"); split such a word at a K only
-    when both halves are printed on the page, i.e. when the page itself shows the separation."""
+def _as_printed(name: str, printed_words: set[str]) -> str:
+    """Undo two zone misreads that only the page can settle, word by word, where the page shows the words:
+    a lone '<' between two names read as K glues them ("ANNAKMARIA": split at that K when both halves are
+    printed), and a closing filler run read as A's swallows a final A ("MARIA<<<" read "MARIAAAA" and
+    stripped to "MARI": restored when "MARIA" is printed)."""
+    words = name.split()
     out = []
-    for word in name.split():
+    for n, word in enumerate(words):
         if word not in printed_words:
             for i, c in enumerate(word):
                 if c == "K" and word[:i] in printed_words and word[i + 1:] in printed_words:
                     word = f"{word[:i]} {word[i + 1:]}"
                     break
+            else:
+                if n == len(words) - 1 and word + "A" in printed_words:
+                    word += "A"
         out.append(word)
     return " ".join(out)
 

@@ -59,6 +59,10 @@ def check_ok(data: str, digit: str) -> bool:
 
 # Failed (in `check_failures`) when letters follow the name's closing filler run; see `_names`.
 NAME_FILLERS_CHECK = "mrz.name_fillers"
+# Failed when the document number passes its check digit only as repaired (a confusion alternative the check
+# digit itself chose) and the printed zone does not show it: the check digit was spent on choosing, so it no
+# longer confirms anything.
+NUMBER_UNCONFIRMED_CHECK = "repair.mrz_number_unconfirmed"
 
 
 @dataclass(slots=True)
@@ -80,6 +84,7 @@ class MrzResult:
     checks_passed: list[str] = field(default_factory=list)
     checks_failed: list[str] = field(default_factory=list)
     name_debris: bool = False  # letters after the name's closing filler run: the name line was misread
+    number_repaired: bool = False  # the number differs from the zone as read: see NUMBER_UNCONFIRMED_CHECK
 
     @property
     def valid(self) -> bool:
@@ -231,7 +236,8 @@ def _composite_ok(raw: _Raw) -> bool:
 def _decode(fmt: MrzFormat, lines: Sequence[str], today: date, *, confirmed: Collection[str] | None = None,
             has_name_line: bool = True) -> MrzResult:
     """Decode fixed-width lines; `confirmed` (page tokens) enables document-number repair."""
-    raw, number_ok = _resolve_number(_split(fmt, lines), confirmed)
+    as_read = _split(fmt, lines)
+    raw, number_ok = _resolve_number(as_read, confirmed)
     passed: list[str] = []
     failed: list[str] = []
 
@@ -259,7 +265,7 @@ def _decode(fmt: MrzFormat, lines: Sequence[str], today: date, *, confirmed: Col
         birth_date=yymmdd(raw.birth, kind="birth", today=today),
         expiry_date=yymmdd(raw.expiry, kind="expiry", today=today),
         sex=raw.sex if raw.sex in ("M", "F", "X") else None, nationality=_code(raw.nationality),
-        checks_passed=passed, checks_failed=failed, name_debris=debris)
+        checks_passed=passed, checks_failed=failed, name_debris=debris, number_repaired=raw.number != as_read.number)
 
 
 def _format_of(lines: Sequence[str]) -> MrzFormat | None:
@@ -292,7 +298,7 @@ def parse(lines: Sequence[str], today: date) -> MrzResult | None:
 
 # ------------------------------------------------------------------------------------------ finding
 
-_FILLER_LOOKALIKES = str.maketrans({c: "<" for c in "«‹＜〈(<[{>≤"})
+_FILLER_LOOKALIKES = str.maketrans({c: "<" for c in "«‹＜〈(<[{>≤Λ∧"})
 _TO_DIGIT = str.maketrans("OQDIZSGB", "00012568")
 _TO_ALPHA = str.maketrans("012568", "OIZSGB")
 
@@ -333,23 +339,24 @@ def repair_chars(line: str, classes: str) -> str:
     return text
 
 
-_NOISE_TOKEN = re.compile(r"[KS]{2,}")
+_NOISE_TOKEN = re.compile(r"[KS]{2,}|A{3,}")
 
 
 def repair_name_field(field_text: str) -> str:
-    """Undo the filler misreads OCR makes in the name field: '<' runs read as K (and S).
+    """Undo the filler misreads OCR makes in the name field: '<' runs read as K (and S, or A for the
+    chevrons' apex).
 
-    Without any '<<' the field has lost all its filler runs, so K-runs are fillers (the surname/given
-    separator included). A trailing token made only of K/S letters is not a name, and no name ends in
-    "KKK"; both are filler.
+    Without any '<<' the field has lost all its filler runs, so K-runs and runs of four or more A are
+    fillers (the surname/given separator included). A trailing token made only of K/S letters or of three
+    or more A is not a name, and no name ends in "KKK" or "AAA"; all of these are filler.
     """
     if "<<" not in field_text:
-        field_text = re.sub(r"K{2,}", lambda k: "<" * len(k.group()), field_text)
+        field_text = re.sub(r"K{2,}|A{4,}", lambda k: "<" * len(k.group()), field_text)
     tokens = field_text.split("<")
     while tokens and (tokens[-1] == "" or _NOISE_TOKEN.fullmatch(tokens[-1])):
         tokens.pop()
     if tokens:
-        tokens[-1] = re.sub(r"K{3,}$", "", tokens[-1])
+        tokens[-1] = re.sub(r"(K{3,}|A{3,})$", "", tokens[-1])
     text = "<".join(tokens)
     return text + "<" * (len(field_text) - len(text))
 
