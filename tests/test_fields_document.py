@@ -292,3 +292,14 @@ def test_a_number_repaired_by_its_own_check_digit_is_confirmed_only_by_the_page(
         "id_number/mrz.number_unconfirmed"
     shown = read_document(page("PASSPORT", "L898902C3", *zone), TODAY)
     assert "repair.mrz_number_unconfirmed" not in shown.check_failures and "cross.number_mrz_vs_viz" in shown.checks
+
+
+def test_a_filler_read_as_k_after_a_name_is_cut_only_where_the_page_shows_the_name() -> None:
+    td1 = ["I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6"]
+    misread = "OCONNOR<<JOHNK<<<<<<<<<<<<<<<<"
+    r = read_document(page("Surname", "OCONNOR", "Given names", "JOHN", *td1, misread), TODAY)
+    assert r.fields["name"] == "OCONNOR JOHN" and "cross.name_mrz_vs_viz" in r.checks
+    assert read_document(page(*td1, misread), TODAY).fields["name"] == "OCONNOR JOHNK"  # could be a name
+    erik = read_document(page("Surname", "OCONNOR", "Given names", "ERIK", *td1, "OCONNOR<<ERIK<<<<<<<<<<<<<<<<<"),
+                         TODAY)
+    assert erik.fields["name"] == "OCONNOR ERIK"

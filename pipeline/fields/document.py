@@ -391,10 +391,11 @@ def _one_letter_lost(short: str, long: str) -> bool:
 
 
 def _as_printed(name: str, printed_words: set[str]) -> str:
-    """Undo two zone misreads that only the page can settle, word by word, where the page shows the words:
-    a lone '<' between two names read as K glues them ("ANNAKMARIA": split at that K when both halves are
-    printed), and a closing filler run read as A's swallows a final A ("MARIA<<<" read "MARIAAAA" and
-    stripped to "MARI": restored when "MARIA" is printed)."""
+    """Undo zone misreads that only the page can settle, word by word, where the page shows the words: a
+    lone '<' between two names read as K glues them ("ANNAKMARIA": split at that K when both halves are
+    printed); the filler after a name read as K lengthens it ("JOHNK": cut when "JOHN" is printed and
+    "JOHNK" is not; ERIK stays ERIK); a closing filler run read as A's swallows a final A ("MARIA<<<" read
+    "MARIAAAA" and stripped to "MARI": restored when "MARIA" is printed)."""
     words = name.split()
     out = []
     for n, word in enumerate(words):
@@ -404,7 +405,9 @@ def _as_printed(name: str, printed_words: set[str]) -> str:
                     word = f"{word[:i]} {word[i + 1:]}"
                     break
             else:
-                if n == len(words) - 1 and word + "A" in printed_words:
+                if word.endswith("K") and word[:-1] in printed_words:
+                    word = word[:-1]
+                elif n == len(words) - 1 and word + "A" in printed_words:
                     word += "A"
         out.append(word)
     return " ".join(out)
