@@ -303,3 +303,14 @@ def test_a_filler_read_as_k_after_a_name_is_cut_only_where_the_page_shows_the_na
     erik = read_document(page("Surname", "OCONNOR", "Given names", "ERIK", *td1, "OCONNOR<<ERIK<<<<<<<<<<<<<<<<<"),
                          TODAY)
     assert erik.fields["name"] == "OCONNOR ERIK"
+
+
+def test_letters_among_the_closing_fillers_are_dropped_only_where_the_page_prints_the_rest() -> None:
+    td1 = ["I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6"]
+    misread = "VAN<DER<BERG<<LUCAS<A<<<<A<<<A"
+    r = read_document(page("Surname", "VAN DER BERG", "Given names", "LUCAS", *td1, misread), TODAY)
+    assert r.fields["name"] == "VAN DER BERG LUCAS" and "mrz.name_fillers" in r.check_failures
+    assert read_document(page(*td1, misread), TODAY).fields["name"] == "VAN DER BERG LUCAS A"
+    # a real initial on a line read cleanly stays
+    initial = read_document(page("VAN DER BERG", "LUCAS", *td1, "VAN<DER<BERG<<LUCAS<A<<<<<<<<<"), TODAY)
+    assert initial.fields["name"] == "VAN DER BERG LUCAS A"

@@ -319,3 +319,16 @@ def test_a_number_the_check_digit_chose_is_marked_repaired() -> None:
     assert not mrz.find(TD3, TODAY).number_repaired
     repaired = mrz.find([TD3[0], TD3[1].replace("L898902C3", "L8989O2C3")], TODAY)
     assert repaired.number == "L898902C3" and repaired.valid and repaired.number_repaired
+
+
+def test_a_printed_number_that_passes_the_zones_check_digit_is_the_number() -> None:
+    """Motion blur: the zone reads ZD0910933 (8 as 0, 8 as 1: no confusion table allows either), the printed
+    zone ZD8918933, which passes the zone's own check digit (a second, independent confirmation)."""
+    td1 = ["I<UTOZD09109331<<<<<<<<<<<<<<<", "0509215M3503281UTO<<<<<<<<<<<4", "VAN<DER<BERG<<LUCAS<<<<<<<<<<<"]
+    alone = mrz.find(td1, TODAY)
+    assert alone is not None and alone.number != "ZD8918933"
+    r = mrz.find(["ZD8918933", *td1], TODAY)
+    assert r.number == "ZD8918933" and r.valid and r.number_repaired
+    # a printed number that fails the check digit, or differs in more than three places, is not taken
+    assert mrz.find(["ZD8918934", *td1], TODAY).number != "ZD8918934"
+    assert mrz.find(["AB1234567", *td1], TODAY).number != "AB1234567"

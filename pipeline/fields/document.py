@@ -298,7 +298,7 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         b.failures.append(NAME_FILLERS_CHECK)
     if zone.name and looks_like_name(zone.name):
         words = {w for x in printed_boxes for w in _fold(x.text).split()}
-        name = _as_printed(zone.name, words)
+        name = _as_printed(zone.name, words, getattr(zone, "name_debris", False))
         fuller = _printed_extension(name, viz_name[0]) if viz_name is not None else None
         agrees = set(name.split()) <= words
         disagrees = viz_name is not None and _fold(viz_name[0]) != _fold(name)
@@ -390,13 +390,19 @@ def _one_letter_lost(short: str, long: str) -> bool:
     return len(long) == len(short) + 1 >= 3 and any(long[:i] + long[i + 1:] == short for i in range(len(long)))
 
 
-def _as_printed(name: str, printed_words: set[str]) -> str:
+def _as_printed(name: str, printed_words: set[str], misread: bool) -> str:
     """Undo zone misreads that only the page can settle, word by word, where the page shows the words: a
     lone '<' between two names read as K glues them ("ANNAKMARIA": split at that K when both halves are
     printed); the filler after a name read as K lengthens it ("JOHNK": cut when "JOHN" is printed and
     "JOHNK" is not; ERIK stays ERIK); a closing filler run read as A's swallows a final A ("MARIA<<<" read
-    "MARIAAAA" and stripped to "MARI": restored when "MARIA" is printed)."""
+    "MARIAAAA" and stripped to "MARI": restored when "MARIA" is printed). On a name line known to be misread
+    (`misread`: letters among its closing fillers), trailing one- or two-letter words the page does not print
+    are filler debris ("LUCAS<A<<<<A" read from "LUCAS<<<<<<<") when every other word is printed."""
     words = name.split()
+    if misread:
+        while len(words) > 1 and len(words[-1]) <= 2 and words[-1] not in printed_words and \
+                set(words[:-1]) <= printed_words:
+            words.pop()
     out = []
     for n, word in enumerate(words):
         if word not in printed_words:

@@ -198,14 +198,18 @@ def _number_passes(raw: _Raw) -> bool:
 def _resolve_number(raw: _Raw, confirmed: Collection[str] | None) -> tuple[_Raw, bool]:
     """The document-number reading to keep and whether its check digit passes.
 
-    With `confirmed` (repair mode: the other text on the page), OCR confusion alternatives are tried when
-    the reading as printed fails. An alternative is kept only when it is the single one that passes the
-    check digit; if several pass, the single one also printed elsewhere on the page, else the single one
-    needing the fewest substitutions. (The composite check cannot help: the number sits at the same
+    With `confirmed` (repair mode: the other text on the page), a number printed on the page that passes
+    the check digit is taken first (`_printed_alternatives`); then OCR confusion alternatives are tried.
+    An alternative is kept only when it is the single one that passes the check digit; if several pass,
+    the single one also printed elsewhere on the page, else the single one needing the fewest
+    substitutions. (The composite check cannot help: the number sits at the same
     weights in the composite, so every alternative passing the number check also passes the composite.)
     """
     if _number_passes(raw) or confirmed is None:
         return raw, _number_passes(raw)
+    printed = [r for r in _printed_alternatives(raw, confirmed) if _number_passes(r)]
+    if len(printed) == 1:
+        return printed[0], True
     options = [c + _CONFUSABLE.get(c, "") for c in raw.number]
     if math.prod(len(o) for o in options) > _MAX_ALTERNATIVES:
         return raw, False
@@ -218,6 +222,16 @@ def _resolve_number(raw: _Raw, confirmed: Collection[str] | None) -> tuple[_Raw,
             edits = [sum(a != b for a, b in zip(r.number, raw.number)) for r in hits]
             hits = [r for r, e in zip(hits, edits) if e == min(edits)]
     return (hits[0], True) if len(hits) == 1 else (raw, False)
+
+
+def _printed_alternatives(raw: _Raw, page_tokens: Collection[str]) -> list[_Raw]:
+    """`raw` with each number printed on the page that could be the zone's own misread: as long, with a
+    digit, at most three characters different (blur turns 8 into 0, which no confusion table allows). One
+    that passes the zone's check digit is confirmed twice, by the printed zone and by the check digit."""
+    own = raw.number.rstrip("<")
+    return [_replace_number(raw, t.ljust(len(raw.number), "<")) for t in sorted(page_tokens)
+            if len(t) == len(own) and t != own and any(c.isdigit() for c in t)
+            and sum(a != b for a, b in zip(t, own)) <= 3]
 
 
 def _replace_number(raw: _Raw, number: str) -> _Raw:
