@@ -114,12 +114,14 @@ _DMY = re.compile(r"(?<!\d)(\d{2})[.\-/ ](\d{2})[.\-/ ]?(\d{4})(?!\d)")
 _YMD_ISO = re.compile(r"(?<!\d)(\d{4})[.\-/](\d{2})[.\-/](\d{2})(?!\d)")
 _MONTHS = {m: i + 1 for i, m in enumerate(
     ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"])}
-_DAY_MON_YEAR = re.compile(r"(?<!\d)(\d{1,2})\s*([A-Z]{3})[A-Z]*(?:\s*/\s*[A-Z]{3,})?\s*(\d{4}|\d{2})(?!\d)")
+# The month may carry one OCR digit for a letter (0CT, 5EP, FE8, N0V): at least two of its three are letters.
+_DAY_MON_YEAR = re.compile(r"(?<!\d)(\d{1,2})\s*([A-Z058]{3})[A-Z]*(?:\s*/\s*[A-Z]{3,})?\s*(\d{4}|\d{2})(?!\d)")
+_MONTH_LETTERS = str.maketrans("058", "OSB")
 
 
 def parse_printed_dates(text: str, *, today: date) -> list[date]:
     """Every date printed in a visual-zone line: `DD.MM.YYYY`, `DD-MM-YYYY`, `DD MM YYYY`, `YYYY-MM-DD`,
-    `15 APR/AVR 12`, `20MAR2006`. Two-digit years use the expiry window (the visual zone is consulted for
+    `15 APR/AVR 12`, `20MAR2006`, `12 0CT 2031` (a digit read for a month's letter). Two-digit years use the expiry window (the visual zone is consulted for
     expiry). Impossible dates are dropped, not repaired.
     """
     upper = unicodedata.normalize("NFKC", text).upper()
@@ -133,7 +135,8 @@ def parse_printed_dates(text: str, *, today: date) -> list[date]:
         if d:
             found.append(d)
     for m in _DAY_MON_YEAR.finditer(upper):
-        month = _MONTHS.get(m.group(2))
+        token = m.group(2)
+        month = _MONTHS.get(token.translate(_MONTH_LETTERS)) if sum(c.isalpha() for c in token) >= 2 else None
         if month is None:
             continue
         year = m.group(3)
