@@ -166,3 +166,14 @@ def test_parse_front_name_drops_the_label_tail_its_box_repeats(value_line: str, 
 
 def test_parse_front_name_with_letters_or_digits_is_not_repaired() -> None:
     assert cn_id.parse_front(["姓名☑张3"], today=TODAY).name is None
+
+
+@pytest.mark.parametrize(("lines", "name"), [
+    (["姓者 杨洋", "性别女民族汉"], "杨洋"),              # 名 misread under motion blur: the space ends the label
+    (["娃名 杨洋"], "杨洋"),                             # 姓 misread
+    (["姓名 张三", "姓者 杨洋"], "张三"),                  # an exact label wins
+    (["姓者杨洋"], None),                                # no space: where the label ends is unknown
+    (["姓者 杨洋2"], None), (["住址 北京"], None), (["民族 汉"], None),
+])
+def test_parse_front_name_after_a_label_with_one_character_misread(lines: list[str], name: str | None) -> None:
+    assert cn_id.parse_front(lines, today=TODAY).name == name

@@ -98,6 +98,7 @@ def normalise_number(text: str, *, today: date | None = None) -> str | None:
 # -------------------------------------------------------------------------------------- card sides
 
 _NAME_LABEL = re.compile(r"^姓\s*名\s*[:：]?\s*")
+_NAME_LABEL_MISREAD = re.compile(r"^(?:姓[\u4e00-\u9fff]|[\u4e00-\u9fff]名)\s+(\S+)$")
 _LABEL_TAIL = re.compile(r"^(?:姓\s*)?名\s*[:：]?\s*(?=\S{2})")
 _LEADING_SYMBOLS = re.compile(r"^[^\w·•]+")  # a separator or speck read as a symbol ("姓名☑张三"): never a name
 _SEX_VALUE = re.compile(r"性\s*别\s*[:：]?\s*([男女])")
@@ -132,7 +133,19 @@ class CnBack:
 
 
 def _name(lines: Sequence[str]) -> str | None:
-    """姓名 value: glued to the label ("姓名张三") or on the next line when the label stands alone."""
+    """姓名 value: glued to the label ("姓名张三") or on the next line when the label stands alone; else, from
+    a label with one character misread ("姓者 杨洋", blur), only where a space shows where the label ends."""
+    exact = _labelled_name(lines)
+    if exact is not None:
+        return exact
+    for line in lines:
+        m = _NAME_LABEL_MISREAD.match(line.strip())  # before normalising, which drops the space
+        if m and _CJK_NAME.fullmatch(value := normalise_text(m.group(1))):
+            return value
+    return None
+
+
+def _labelled_name(lines: Sequence[str]) -> str | None:
     for i, line in enumerate(lines):
         flat = normalise_text(line)
         m = _NAME_LABEL.match(flat)
