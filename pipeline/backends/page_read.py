@@ -1,0 +1,101 @@
+"""Reading one upright page: the MRZ band first, the other boxes only as far as they can still change the result.
+
+Why: recognition is most of a page's OCR time and grows with the number of boxes. On a passport, ID card or
+visa whose MRZ passes every check digit, the fields come from the zone and the printed zone only confirms them
+(the name words, the number and the birth date printed on the page: `cross.*` checks). Once those three have
+passed, text not yet read cannot change the reading: an agreeing cross-check ignores disagreeing labels, the
+ICAO expiry has its own check digit, and nothing else in `read_document` looks past the zone. So the reader
+recognises the band, decodes, and if the zone is fully checked recognises the remaining boxes whose length fits
+a value to confirm first, one recogniser batch at a time, until the three cross-checks pass. Anything short of that (no zone,
+a failed digit, a French or licence zone, a value not printed) reads every box, as a full read does.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import date
+
+import numpy as np
+
+from pipeline.backends import rapidocr_stages
+from pipeline.fields.document import DocumentReading, OcrLine, read_document
+
+BAND_FRACTION = 0.4  # the MRZ lies in the lowest 40 % of the page's text (3 lines of a TD1 card's 10-12)
+BAND_MIN_ASPECT = 8.0  # MRZ lines are 30-44 characters long: boxes at least 8x as long as high
+CHAR_ASPECT = 0.7  # printed capitals and digits: width of a character over its box's height
+BIRTH_CHARS = 11  # a printed birth date: "05 AUG 1993", "05.08.1993"
+BATCH = 6  # RapidOCR's `rec_batch_num`: fewer boxes per call would not be cheaper per box
+CONFIRMING = ("cross.name_mrz_vs_viz", "cross.number_mrz_vs_viz", "cross.birth_mrz_vs_viz")
+_ICAO_TYPES = ("passport", "id_card", "visa")
+_ZONE_FIELDS = ("name", "id_number", "expiry_date")
+
+
+def read_lines(pixels: np.ndarray, today: date, *, stop_early: bool = True) -> tuple[list[OcrLine], DocumentReading]:
+    """The page's OCR lines (in RapidOCR's reading order) and their reading. `stop_early=False` reads every
+    box (band first, then the rest in one go): the reference an early-stopped read must equal."""
+    bgr = np.ascontiguousarray(pixels[:, :, ::-1])  # RapidOCR expects OpenCV's BGR
+    boxes = rapidocr_stages.detect(bgr)
+    band = mrz_band(boxes)
+    rest = [i for i in range(len(boxes)) if i not in band]
+    found = dict(zip(band, rapidocr_stages.recognise(bgr, boxes[band]), strict=True))
+    reading = read_document(_in_order(found), today)
+    if stop_early and zone_checked(reading):
+        rest = _likely_values_first(boxes, rest, reading)
+        batches = [rest[i:i + BATCH] for i in range(0, len(rest), BATCH)]
+    else:
+        batches = [rest]
+    for batch in batches:
+        if not batch:
+            continue
+        found.update(zip(batch, rapidocr_stages.recognise(bgr, boxes[batch]), strict=True))
+        reading = read_document(_in_order(found), today)
+        if stop_early and decided(reading):
+            break
+    return _in_order(found), reading
+
+
+def zone_checked(reading: DocumentReading) -> bool:
+    """An ICAO zone (its own expiry check digit) with every field read and no check failed."""
+    return reading.doc_type in _ICAO_TYPES and "mrz.expiry" in reading.checks and not reading.check_failures \
+        and all(reading.states[k].state == "present" for k in _ZONE_FIELDS)
+
+
+def decided(reading: DocumentReading) -> bool:
+    """A checked zone whose name, number and birth date the printed zone has confirmed: more text cannot
+    change the reading."""
+    return zone_checked(reading) and all(c in reading.checks for c in CONFIRMING)
+
+
+def mrz_band(boxes: np.ndarray) -> list[int]:
+    """Indices of the boxes that may hold the MRZ: long boxes in the lowest part of the text, and every box on
+    their rows (fragments of a line split at a filler run). Only decides what is read first, never what is read."""
+    if not len(boxes):
+        return []
+    tops, bottoms = boxes[:, :, 1].min(axis=1), boxes[:, :, 1].max(axis=1)
+    widths = boxes[:, :, 0].max(axis=1) - boxes[:, :, 0].min(axis=1)
+    heights = np.maximum(bottoms - tops, 1.0)
+    low = tops >= bottoms.max() - BAND_FRACTION * (bottoms.max() - tops.min())
+    seeds = np.flatnonzero(low & (widths >= BAND_MIN_ASPECT * heights))
+    middles = (tops + bottoms) / 2
+    return [i for i in range(len(boxes))
+            if any(abs(middles[i] - middles[s]) < 0.5 * min(heights[i], heights[s]) for s in seeds)]
+
+
+def _likely_values_first(boxes: np.ndarray, indices: list[int], reading: DocumentReading) -> list[int]:
+    """`indices` ordered by how well each box's length fits one of the values to confirm (a name word, the
+    number, a birth date), from the characters the zone gave them: printed capitals are ~0.7 of their box's
+    height wide, and the labels around them (often bilingual) are much longer."""
+    name, number = reading.fields["name"] or "", reading.fields["id_number"] or ""
+    lengths = [len(w) for w in name.split()] + [len(number), BIRTH_CHARS]
+    widths = boxes[:, :, 0].max(axis=1) - boxes[:, :, 0].min(axis=1)
+    heights = np.maximum(boxes[:, :, 1].max(axis=1) - boxes[:, :, 1].min(axis=1), 1.0)
+    aspects = np.maximum(widths / heights, 0.1)
+
+    def misfit(i: int) -> float:
+        return min(abs(math.log(aspects[i] / (CHAR_ASPECT * n))) for n in lengths if n)
+
+    return sorted(indices, key=misfit)
+
+
+def _in_order(found: dict[int, OcrLine | None]) -> list[OcrLine]:
+    return [found[i] for i in sorted(found) if found[i] is not None]
