@@ -58,8 +58,7 @@ def recognise_line(bgr: np.ndarray) -> tuple[str, float]:
 
 def ocr_lines(pixels: np.ndarray) -> list[OcrLine]:
     """Every line RapidOCR finds on an RGB array, in reading order (a full read, no early stop)."""
-    bgr = np.ascontiguousarray(pixels[:, :, ::-1])  # RapidOCR expects OpenCV's BGR
-    return [x for x in rapidocr_stages.recognise(bgr, rapidocr_stages.detect(bgr)) if x is not None]
+    return rapidocr_stages.read_all(np.ascontiguousarray(pixels[:, :, ::-1]))  # RapidOCR expects OpenCV's BGR
 
 
 def read_page(pixels: np.ndarray, today: date, *, try_flipped: bool = True) -> tuple[DocumentReading, int]:

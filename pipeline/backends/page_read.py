@@ -5,9 +5,11 @@ visa whose MRZ passes every check digit, the fields come from the zone and the p
 (the name words, the number and the birth date printed on the page: `cross.*` checks). Once those three have
 passed, text not yet read cannot change the reading: an agreeing cross-check ignores disagreeing labels, the
 ICAO expiry has its own check digit, and nothing else in `read_document` looks past the zone. So the reader
-recognises the band, decodes, and if the zone is fully checked recognises the remaining boxes whose length fits
-a value to confirm first, one recogniser batch at a time, until the three cross-checks pass. Anything short of that (no zone,
-a failed digit, a French or licence zone, a value not printed) reads every box, as a full read does.
+recognises the batches holding the band, decodes, and if the zone is fully checked recognises the other batches,
+those with a box whose length fits a value to confirm first, until the three cross-checks pass. Anything short
+of that (no zone, a failed digit, a French or licence zone, a value not printed) reads every box.
+Why whole RapidOCR batches: a batch is padded to its longest crop and on poor print the padding changes what is
+read, so a box is only ever recognised among the same neighbours as in a full read (`rapidocr_stages`).
 """
 
 from __future__ import annotations
@@ -24,33 +26,34 @@ BAND_FRACTION = 0.4  # the MRZ lies in the lowest 40 % of the page's text (3 lin
 BAND_MIN_ASPECT = 8.0  # MRZ lines are 30-44 characters long: boxes at least 8x as long as high
 CHAR_ASPECT = 0.7  # printed capitals and digits: width of a character over its box's height
 BIRTH_CHARS = 11  # a printed birth date: "05 AUG 1993", "05.08.1993"
-BATCH = 6  # RapidOCR's `rec_batch_num`: fewer boxes per call would not be cheaper per box
+DECODE_EVERY = 4  # recogniser batches between two decodes: a decode costs about what recognising one box does
 CONFIRMING = ("cross.name_mrz_vs_viz", "cross.number_mrz_vs_viz", "cross.birth_mrz_vs_viz")
 _ICAO_TYPES = ("passport", "id_card", "visa")
 _ZONE_FIELDS = ("name", "id_number", "expiry_date")
 
 
 def read_lines(pixels: np.ndarray, today: date, *, stop_early: bool = True) -> tuple[list[OcrLine], DocumentReading]:
-    """The page's OCR lines (in RapidOCR's reading order) and their reading. `stop_early=False` reads every
-    box (band first, then the rest in one go): the reference an early-stopped read must equal."""
-    bgr = np.ascontiguousarray(pixels[:, :, ::-1])  # RapidOCR expects OpenCV's BGR
-    boxes = rapidocr_stages.detect(bgr)
-    band = mrz_band(boxes)
-    rest = [i for i in range(len(boxes)) if i not in band]
-    found = dict(zip(band, rapidocr_stages.recognise(bgr, boxes[band]), strict=True))
+    """The page's OCR lines (in RapidOCR's reading order) and their reading. Every box is recognised in the
+    batch a full read puts it in, so a line reads the same whether the page was read to the end or not."""
+    page = rapidocr_stages.detect(np.ascontiguousarray(pixels[:, :, ::-1]))  # RapidOCR expects OpenCV's BGR
+    band = set(mrz_band(page.boxes))
+    first = [b for b in page.batches if band.intersection(b)]
+    rest = [b for b in page.batches if not band.intersection(b)]
+    found: dict[int, OcrLine | None] = {}
+    for batch in first:
+        found.update(zip(batch, rapidocr_stages.recognise(page, batch), strict=True))
     reading = read_document(_in_order(found), today)
-    if stop_early and zone_checked(reading):
-        rest = _likely_values_first(boxes, rest, reading)
-        batches = [rest[i:i + BATCH] for i in range(0, len(rest), BATCH)]
-    else:
-        batches = [rest]
-    for batch in batches:
-        if not batch:
-            continue
-        found.update(zip(batch, rapidocr_stages.recognise(bgr, boxes[batch]), strict=True))
-        reading = read_document(_in_order(found), today)
-        if stop_early and decided(reading):
+    if not stop_early or not zone_checked(reading):
+        for batch in rest:
+            found.update(zip(batch, rapidocr_stages.recognise(page, batch), strict=True))
+        return _in_order(found), read_document(_in_order(found), today) if rest else reading
+    ordered = _likely_values_first(page.boxes, rest, reading)
+    for step in range(0, len(ordered), DECODE_EVERY):
+        if decided(reading):
             break
+        for batch in ordered[step:step + DECODE_EVERY]:
+            found.update(zip(batch, rapidocr_stages.recognise(page, batch), strict=True))
+        reading = read_document(_in_order(found), today)
     return _in_order(found), reading
 
 
@@ -81,20 +84,20 @@ def mrz_band(boxes: np.ndarray) -> list[int]:
             if any(abs(middles[i] - middles[s]) < 0.5 * min(heights[i], heights[s]) for s in seeds)]
 
 
-def _likely_values_first(boxes: np.ndarray, indices: list[int], reading: DocumentReading) -> list[int]:
-    """`indices` ordered by how well each box's length fits one of the values to confirm (a name word, the
-    number, a birth date), from the characters the zone gave them: printed capitals are ~0.7 of their box's
-    height wide, and the labels around them (often bilingual) are much longer."""
+def _likely_values_first(boxes: np.ndarray, batches: list[list[int]], reading: DocumentReading) -> list[list[int]]:
+    """`batches` ordered by how well their best box's length fits one of the values to confirm (a name word,
+    the number, a birth date), from the characters the zone gave them: printed capitals are ~0.7 of their
+    box's height wide, and the labels around them (often bilingual) are much longer."""
     name, number = reading.fields["name"] or "", reading.fields["id_number"] or ""
-    lengths = [len(w) for w in name.split()] + [len(number), BIRTH_CHARS]
+    lengths = [n for n in [len(w) for w in name.split()] + [len(number), BIRTH_CHARS] if n]
     widths = boxes[:, :, 0].max(axis=1) - boxes[:, :, 0].min(axis=1)
     heights = np.maximum(boxes[:, :, 1].max(axis=1) - boxes[:, :, 1].min(axis=1), 1.0)
     aspects = np.maximum(widths / heights, 0.1)
 
-    def misfit(i: int) -> float:
-        return min(abs(math.log(aspects[i] / (CHAR_ASPECT * n))) for n in lengths if n)
+    def misfit(batch: list[int]) -> float:
+        return min(abs(math.log(aspects[i] / (CHAR_ASPECT * n))) for i in batch for n in lengths)
 
-    return sorted(indices, key=misfit)
+    return sorted(batches, key=misfit)
 
 
 def _in_order(found: dict[int, OcrLine | None]) -> list[OcrLine]:
