@@ -5,8 +5,7 @@ The backend wants (1) a detector scale chosen per page: small pages enlarged as 
 736 px), big ones capped (a 2400 px flatbed page costs ~4x the detection of a 1280 px one and its lines are
 still 20+ px high there), and (2) to recognise the boxes in an order of its choosing and stop once the page is
 decided (`page_read`). The stages are RapidOCR's own: its detector (through the same loader RapidOCR uses),
-its crop, its recogniser and its score filter, so a full read here is what `__call__` returns. One engine per
-thread: ONNX sessions are cheap to share, RapidOCR's Python state (the detector's scale rule) is not.
+its crop, its recogniser (one crop per call, `REC_BATCH`) and its score filter. One engine per thread: ONNX sessions are cheap to share, RapidOCR's Python state (the detector's scale rule) is not.
 """
 
 from __future__ import annotations
@@ -20,12 +19,12 @@ import numpy as np
 from pipeline.fields.document import OcrLine
 
 DETECT_MIN_SHORT_SIDE = 736  # RapidOCR's default `limit_side_len` (type "min"): small pages are enlarged to it
-DETECT_MAX_LONG_SIDE = 1280
+DETECT_MAX_LONG_SIDE = 1280  # big pages are shrunk to this long edge, but never below the short side above
 # One crop per recogniser call. RapidOCR batches 6 and pads each batch to its longest crop: on one core that
 # padding costs ~40 % of recognition time (12 synthetic MRZ pages: 9.5 s vs 15.7 s), and on poor print it
 # changes what the model reads in a crop, so a box would read differently depending on its neighbours. Alone,
 # a box reads the same whatever else is read, which is what lets `page_read` stop early.
-REC_BATCH = 1  # big pages are shrunk to this long edge, but never below the short side above
+REC_BATCH = 1
 
 _local = threading.local()
 
@@ -61,7 +60,6 @@ class DetectedPage:
     `REC_BATCH` at a time, as RapidOCR's recogniser groups them): recognising a batch gives exactly what a full
     read gives for its boxes, whichever batches are recognised and in whatever order."""
 
-    bgr: np.ndarray
     boxes: np.ndarray  # (N, 4, 2) float32 corners in page pixels, in RapidOCR's reading order
     crops: list[np.ndarray]
     batches: list[list[int]]
@@ -81,7 +79,7 @@ def detect(bgr: np.ndarray) -> DetectedPage:
     order = np.argsort(np.array([c.shape[1] / float(c.shape[0]) for c in crops]))  # as TextRecognizer sorts
     size = engine._load_rec_model().rec_batch_num
     batches = [[int(i) for i in order[k:k + size]] for k in range(0, len(order), size)]
-    return DetectedPage(bgr, boxes, crops, batches)
+    return DetectedPage(boxes, crops, batches)
 
 
 def recognise(page: DetectedPage, batch: Sequence[int]) -> list[OcrLine | None]:
@@ -100,7 +98,7 @@ def recognise(page: DetectedPage, batch: Sequence[int]) -> list[OcrLine | None]:
 
 
 def read_all(bgr: np.ndarray) -> list[OcrLine]:
-    """Every line on a BGR page, in reading order: what `RapidOCR.__call__` returns (but for the detector cap)."""
+    """Every line on a BGR page, in reading order (a full read)."""
     page = detect(bgr)
     found = {i: line for batch in page.batches for i, line in zip(batch, recognise(page, batch), strict=True)}
     return [found[i] for i in sorted(found) if found[i] is not None]
