@@ -27,7 +27,7 @@ BAND_FRACTION = 0.4  # the MRZ lies in the lowest 40 % of the page's text (3 lin
 BAND_MIN_ASPECT = 8.0  # MRZ lines are 30-44 characters long: boxes at least 8x as long as high
 CHAR_ASPECT = 0.7  # printed capitals and digits: width of a character over its box's height
 BIRTH_CHARS = 11  # a printed birth date: "05 AUG 1993", "05.08.1993"
-DECODE_EVERY = 4  # recogniser batches between two decodes: a decode costs about what recognising one box does
+DECODE_EVERY = 4  # boxes recognised between two decodes (at least one batch): a decode costs about one box
 CONFIRMING = ("cross.name_mrz_vs_viz", "cross.number_mrz_vs_viz", "cross.birth_mrz_vs_viz")
 _ICAO_TYPES = ("passport", "id_card", "visa")
 _ZONE_FIELDS = ("name", "id_number", "expiry_date")
@@ -48,12 +48,13 @@ def read_lines(pixels: np.ndarray, today: date, *, stop_early: bool = True) -> t
         for batch in rest:
             found.update(zip(batch, rapidocr_stages.recognise(page, batch), strict=True))
         return _in_order(found), read_document(_in_order(found), today) if rest else reading
-    ordered = _likely_values_first(page.boxes, rest, reading)
-    for step in range(0, len(ordered), DECODE_EVERY):
-        if decided(reading):
-            break
-        for batch in ordered[step:step + DECODE_EVERY]:
+    unread = _likely_values_first(page.boxes, rest, reading)
+    while unread and not decided(reading):
+        read = 0
+        while unread and read < DECODE_EVERY:
+            batch = unread.pop(0)
             found.update(zip(batch, rapidocr_stages.recognise(page, batch), strict=True))
+            read += len(batch)
         reading = read_document(_in_order(found), today)
     return _in_order(found), reading
 

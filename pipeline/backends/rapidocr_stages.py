@@ -20,11 +20,12 @@ from pipeline.fields.document import OcrLine
 
 DETECT_MIN_SHORT_SIDE = 736  # RapidOCR's default `limit_side_len` (type "min"): small pages are enlarged to it
 DETECT_MAX_LONG_SIDE = 1280  # big pages are shrunk to this long edge, but never below the short side above
-# One crop per recogniser call. RapidOCR batches 6 and pads each batch to its longest crop: on one core that
-# padding costs ~40 % of recognition time (12 synthetic MRZ pages: 9.5 s vs 15.7 s), and on poor print it
-# changes what the model reads in a crop, so a box would read differently depending on its neighbours. Alone,
-# a box reads the same whatever else is read, which is what lets `page_read` stop early.
-REC_BATCH = 1
+# Crops per recogniser call: RapidOCR's own 6, so every box reads exactly as in RapidOCR's full read. A batch
+# is padded to its longest crop and on poor print that padding changes what is read; 1 (each crop alone) cut
+# recognition time by ~40 % on one core (12 synthetic MRZ pages: 9.5 s vs 15.7 s) and lets the early stop work
+# box by box, but changed enough text on the low-resolution specimens to lose one field of the real-data eval
+# (141/147 vs 142/147: ICAO_Example2's name), so it is not taken.
+REC_BATCH = 6
 
 _local = threading.local()
 
