@@ -16,6 +16,7 @@ changes what is read, so a box is only ever recognised among the same neighbours
 from __future__ import annotations
 
 import math
+import unicodedata
 from datetime import date
 
 import numpy as np
@@ -27,7 +28,6 @@ BAND_FRACTION = 0.4  # the MRZ lies in the lowest 40 % of the page's text (3 lin
 BAND_MIN_ASPECT = 8.0  # MRZ lines are 30-44 characters long: boxes at least 8x as long as high
 CHAR_ASPECT = 0.7  # printed capitals and digits: width of a character over its box's height
 BIRTH_CHARS = 11  # a printed birth date: "05 AUG 1993", "05.08.1993"
-DECODE_EVERY = 4  # boxes recognised between two decodes (at least one batch): a decode costs about one box
 CONFIRMING = ("cross.name_mrz_vs_viz", "cross.number_mrz_vs_viz", "cross.birth_mrz_vs_viz")
 _ICAO_TYPES = ("passport", "id_card", "visa")
 _ZONE_FIELDS = ("name", "id_number", "expiry_date")
@@ -49,13 +49,13 @@ def read_lines(pixels: np.ndarray, today: date, *, stop_early: bool = True) -> t
             found.update(zip(batch, rapidocr_stages.recognise(page, batch), strict=True))
         return _in_order(found), read_document(_in_order(found), today) if rest else reading
     unread = _likely_values_first(page.boxes, rest, reading)
-    while unread and not decided(reading):
-        read = 0
-        while unread and read < DECODE_EVERY:
-            batch = unread.pop(0)
-            found.update(zip(batch, rapidocr_stages.recognise(page, batch), strict=True))
-            read += len(batch)
-        reading = read_document(_in_order(found), today)
+    while unread:
+        batch = unread.pop(0)
+        found.update(zip(batch, rapidocr_stages.recognise(page, batch), strict=True))
+        if not unread or _values_in_text(_in_order(found), reading):
+            reading = read_document(_in_order(found), today)
+            if decided(reading):
+                break
     return _in_order(found), reading
 
 
@@ -100,6 +100,17 @@ def _likely_values_first(boxes: np.ndarray, batches: list[list[int]], reading: D
         return min(abs(math.log(aspects[i] / (CHAR_ASPECT * n))) for i in batch for n in lengths)
 
     return sorted(batches, key=misfit)
+
+
+def _values_in_text(lines: list[OcrLine], reading: DocumentReading) -> bool:
+    """Whether every name word and the number of `reading` occur somewhere in the text read so far: a cheap
+    necessary condition for `decided` (a decode costs about as much as recognising a batch), used only to skip
+    decodes that could not decide; the last decode always runs."""
+    text = "".join(c for c in unicodedata.normalize("NFKD", " ".join(x.text for x in lines).upper())
+                   if not unicodedata.combining(c))
+    flat = "".join(text.split())
+    name, number = reading.fields["name"] or "", reading.fields["id_number"] or ""
+    return number in flat and all(word in text for word in name.split())
 
 
 def _in_order(found: dict[int, OcrLine | None]) -> list[OcrLine]:
