@@ -103,11 +103,12 @@ def _likely_values_first(boxes: np.ndarray, batches: list[list[int]], reading: D
 
 
 def _values_in_text(lines: list[OcrLine], reading: DocumentReading) -> bool:
-    """Whether every name word and the number of `reading` occur somewhere in the text read so far: a cheap
-    necessary condition for `decided` (a decode costs about as much as recognising a batch), used only to skip
-    decodes that could not decide; the last decode always runs."""
-    text = "".join(c for c in unicodedata.normalize("NFKD", " ".join(x.text for x in lines).upper())
-                   if not unicodedata.combining(c))
+    """Whether every name word and the number of `reading` occur somewhere in the printed text read so far
+    (boxes the cross-checks compare with: not MRZ-like ones, which hold them anyway): a cheap necessary condition
+    for `decided` (a decode costs about as much as recognising a batch), used only to skip decodes that could
+    not decide; the last decode always runs."""
+    printed = " ".join(x.text for x in lines if not (x.text.count("<") >= 2 and len(x.text) >= 15))
+    text = "".join(c for c in unicodedata.normalize("NFKD", printed.upper()) if not unicodedata.combining(c))
     flat = "".join(text.split())
     name, number = reading.fields["name"] or "", reading.fields["id_number"] or ""
     return number in flat and all(word in text for word in name.split())
