@@ -2,9 +2,13 @@
 
 Why it reads `full_pixels`: the VLM budget (≤1600 px, ≤1 Mpx) is chosen for token cost, but an MRZ on a
 flatbed scan is small print; the OCR reads the upright page at up to 2400 px when the prepare stage kept it.
+Why it reads in stages (`page_read`): the MRZ band first, then only as much of the printed zone as can still
+change the result; and the detector is capped at 1280 px on big pages (`rapidocr_stages`).
 Why it may read a page twice: orientation between 0° and 180° is sometimes a coin flip on sparse cards, so
-when the first reading passes no check the page is read upside down too and the reading whose checksums
-pass wins (a check digit is stronger evidence than a classifier's vote).
+when the first reading passes no check and the prepare stage was not sure of the direction
+(`orient.SURE_CONFIDENCE`), the page is read upside down too and the reading whose checksums pass wins (a check
+digit is stronger evidence than a classifier's vote). A sure direction was never wrong on the rotated
+specimens, and a page with no check to pass (a printed-zone-only document) would otherwise always pay twice.
 Why it may read the MRZ once more: when an MRZ left a field unreadable, failed a check digit or gave a name
 the printed zone does not confirm (or no MRZ decoded on a page that is not a PRC ID), `mrz_reread` cuts the
 zone out, straightens, upscales and re-contrasts it and re-recognises its lines; that costs up to two thirds of a
@@ -23,27 +27,14 @@ from importlib.metadata import version
 import numpy as np
 
 from pipeline import calibration
-from pipeline.backends import mrz_reread
+from pipeline.backends import mrz_reread, page_read, rapidocr_stages
 from pipeline.datamodel import Extraction, Failure, PreparedImage
 from pipeline.fields.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, read_document
+from pipeline.prepare import orient
 
 MODEL_NAME = f"rapidocr-{version('rapidocr')}-ppocr"
 
 _local = threading.local()
-
-
-def _engine():  # noqa: ANN202 - RapidOCR has no public type to annotate with
-    """One engine per thread: ONNX sessions are cheap to share, RapidOCR's Python state is not."""
-    engine = getattr(_local, "engine", None)
-    if engine is None:
-        from rapidocr import RapidOCR
-
-        # No per-line direction classifier: the prepare stage has already made the page upright and
-        # `read_page` retries the whole page at 180°, whereas the classifier, asked line by line, turns
-        # single MRZ lines (fillers and digits look alike both ways up) upside down and garbles them.
-        engine = RapidOCR(params={"Global.log_level": "error", "Global.use_cls": False})
-        _local.engine = engine
-    return engine
 
 
 def _recogniser():  # noqa: ANN202
@@ -66,28 +57,21 @@ def recognise_line(bgr: np.ndarray) -> tuple[str, float]:
 
 
 def ocr_lines(pixels: np.ndarray) -> list[OcrLine]:
-    """Run RapidOCR on an RGB array and return its lines in reading order."""
-    result = _engine()(np.ascontiguousarray(pixels[:, :, ::-1]))  # RapidOCR expects OpenCV's BGR
-    if result.txts is None:
-        return []
-    return [
-        OcrLine(text=text, score=float(score), box=tuple((float(x), float(y)) for x, y in box))
-        for text, score, box in zip(result.txts, result.scores, result.boxes, strict=True)
-    ]
+    """Every line RapidOCR finds on an RGB array, in reading order (a full read, no early stop)."""
+    return rapidocr_stages.read_all(np.ascontiguousarray(pixels[:, :, ::-1]))  # RapidOCR expects OpenCV's BGR
 
 
-def read_page(pixels: np.ndarray, today: date) -> tuple[DocumentReading, int]:
-    """Read a page; if nothing on it checks out, also read it rotated 180° and keep the better reading.
+def read_page(pixels: np.ndarray, today: date, *, try_flipped: bool = True) -> tuple[DocumentReading, int]:
+    """Read a page; if nothing on it checks out and `try_flipped` (the prepare stage was not sure of the
+    page's direction), also read it rotated 180° and keep the better reading.
 
     Returns the reading and the extra rotation (0 or 180) that produced it.
     """
-    lines = ocr_lines(pixels)
-    reading = read_document(lines, today)
+    lines, reading = page_read.read_lines(pixels, today)
     rotation = 0
-    if not reading.checks:
+    if not reading.checks and try_flipped:
         flipped_pixels = np.ascontiguousarray(pixels[::-1, ::-1])
-        flipped_lines = ocr_lines(flipped_pixels)
-        flipped = read_document(flipped_lines, today)
+        flipped_lines, flipped = page_read.read_lines(flipped_pixels, today)
         if flipped.score > reading.score:
             pixels, lines, reading, rotation = flipped_pixels, flipped_lines, flipped, 180
     if needs_second_reading(reading):
@@ -158,7 +142,8 @@ class OcrBackend:
         """Read one prepared page (blocking; CPU-bound)."""
         started = time.perf_counter()
         pixels = prepared.full_pixels if prepared.full_pixels is not None else prepared.pixels
-        reading, extra_rotation = read_page(pixels, self._today)
+        try_flipped = prepared.orientation_confidence < orient.SURE_CONFIDENCE
+        reading, extra_rotation = read_page(pixels, self._today, try_flipped=try_flipped)
         fields = {"doc_type": reading.doc_type, **reading.fields, "orientation": prepared.orientation}
         extraction = Extraction(
             ref=prepared.ref,
