@@ -8,6 +8,9 @@ ICAO expiry has its own check digit, and nothing else in `read_document` looks p
 recognises the batches holding the band, decodes, and if the zone is fully checked recognises the other batches,
 those with a box whose length fits a value to confirm first, until the three cross-checks pass. Anything short
 of that (no zone, a failed digit, a French or licence zone, a value not printed) reads every box.
+One exception to "cannot change": a printed full name that continues the zone's (a patronymic, see
+`fields.document._printed_extension`) replaces the zone's name only if its boxes were read before the page was
+decided; otherwise the zone's name, which the printed zone confirms, is kept.
 Why it works on the recogniser's batches: a batch is padded to its longest crop and on poor print the padding
 changes what is read, so a box is only ever recognised among the same neighbours as in a full read (with
 `rapidocr_stages.REC_BATCH` = 1, alone).
