@@ -332,3 +332,12 @@ def test_a_printed_number_that_passes_the_zones_check_digit_is_the_number() -> N
     # a printed number that fails the check digit, or differs in more than three places, is not taken
     assert mrz.find(["ZD8918934", *td1], TODAY).number != "ZD8918934"
     assert mrz.find(["AB1234567", *td1], TODAY).number != "AB1234567"
+
+
+def test_a_short_name_line_that_lost_its_closing_fillers_is_still_the_name_line() -> None:
+    """A dark photo: the name line's filler run faded and OCR kept only "P<UTOLI<<ANNA<<" (15 of 44)."""
+    data = "L898902C36UTO7408122F1204159ZE184226B<<<<<10"
+    r = mrz.find(["P<UTOLI<<ANNA<<", data], TODAY)
+    assert r is not None and r.name == "LI ANNA" and r.valid
+    # without the surname/given separator a short line is not taken for the name line
+    assert mrz.find(["P<UTOLIANNA", data], TODAY).name is None

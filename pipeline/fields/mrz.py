@@ -398,6 +398,9 @@ def _score(r: MrzResult) -> float:
     return len(r.checks_passed) - len(r.checks_failed) * 0.5 + (1.0 if r.name else 0.0)
 
 
+_SHORT_NAME_LINE = 10  # "P<UTOLI<<A": the shortest name line with a surname and a given name
+
+
 def _decode_noisy(fmt: MrzFormat, lines: list[str], today: date, has_name_line: bool,
                   page_tokens: Collection[str]) -> tuple[MrzResult, int] | None:
     """Best repair of OCR lines for one format with its count of layout mismatches, or None when the
@@ -408,7 +411,10 @@ def _decode_noisy(fmt: MrzFormat, lines: list[str], today: date, has_name_line: 
     # Lines that may end in a run of fillers OCR drops: the name line, and TD1's first line (optional data).
     tail_lines = {name_index, 0} if fmt == "TD1" else {name_index}
     for i, x in enumerate(lines):
-        if not (width // 2 <= len(x) <= width + 3 if i in tail_lines else abs(len(x) - width) <= max(3, width // 6)):
+        # A short name line that lost its closing fillers is whole once it shows the surname/given separator
+        # ("P<CANKIM<<ALICE<<", "V<SWENOVAK<<JAN<DAVID").
+        shortest = _SHORT_NAME_LINE if i == name_index and "<<" in x[5:] else width // 2
+        if not (shortest <= len(x) <= width + 3 if i in tail_lines else abs(len(x) - width) <= max(3, width // 6)):
             return None
     classes = _field_classes(fmt)
     name_start = 0 if fmt == "TD1" else 5
