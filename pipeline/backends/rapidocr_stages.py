@@ -5,7 +5,8 @@ The backend wants (1) a detector scale chosen per page: small pages enlarged as 
 736 px), big ones capped (a 2400 px flatbed page costs ~4x the detection of a 1280 px one and its lines are
 still 20+ px high there), and (2) to recognise the boxes in an order of its choosing and stop once the page is
 decided (`page_read`). The stages are RapidOCR's own: its detector (through the same loader RapidOCR uses),
-its crop, its recogniser (one crop per call, `REC_BATCH`) and its score filter. One engine per thread: ONNX sessions are cheap to share, RapidOCR's Python state (the detector's scale rule) is not.
+its crop, its recogniser (in its own batches of `REC_BATCH` crops) and its score filter. One engine per thread:
+ONNX sessions are cheap to share, RapidOCR's Python state (the detector's scale rule) is not.
 """
 
 from __future__ import annotations

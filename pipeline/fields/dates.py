@@ -121,8 +121,8 @@ _MONTH_LETTERS = str.maketrans("058", "OSB")
 
 def parse_printed_dates(text: str, *, today: date) -> list[date]:
     """Every date printed in a visual-zone line: `DD.MM.YYYY`, `DD-MM-YYYY`, `DD MM YYYY`, `YYYY-MM-DD`,
-    `15 APR/AVR 12`, `20MAR2006`, `12 0CT 2031` (a digit read for a month's letter). Two-digit years use the expiry window (the visual zone is consulted for
-    expiry). Impossible dates are dropped, not repaired.
+    `15 APR/AVR 12`, `20MAR2006`, `12 0CT 2031` (a digit read for a month's letter). Two-digit years use the
+    expiry window (the visual zone is consulted for expiry). Impossible dates are dropped, not repaired.
     """
     upper = unicodedata.normalize("NFKC", text).upper()
     found: list[date] = []
