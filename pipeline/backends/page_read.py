@@ -25,7 +25,7 @@ from datetime import date
 import numpy as np
 
 from pipeline.backends import rapidocr_stages
-from pipeline.fields.document import DocumentReading, OcrLine, read_document
+from pipeline.fields.document import DocumentReading, OcrLine, read_document, zone_boxes_of
 
 BAND_FRACTION = 0.4  # the MRZ lies in the lowest 40 % of the page's text (3 lines of a TD1 card's 10-12)
 BAND_MIN_ASPECT = 8.0  # MRZ lines are 30-44 characters long: boxes at least 8x as long as high
@@ -107,10 +107,11 @@ def _likely_values_first(boxes: np.ndarray, batches: list[list[int]], reading: D
 
 def _values_in_text(lines: list[OcrLine], reading: DocumentReading) -> bool:
     """Whether every name word and the number of `reading` occur somewhere in the printed text read so far
-    (boxes the cross-checks compare with: not MRZ-like ones, which hold them anyway): a cheap necessary condition
-    for `decided` (a decode costs about as much as recognising a batch), used only to skip decodes that could
-    not decide; the last decode always runs."""
-    printed = " ".join(x.text for x in lines if not (x.text.count("<") >= 2 and len(x.text) >= 15))
+    (the boxes the cross-checks compare with: not the zone's, which hold them anyway): a cheap necessary
+    condition for `decided` (a decode costs about as much as recognising a batch), used only to skip decodes
+    that could not decide; the last decode always runs."""
+    zone = zone_boxes_of(lines)
+    printed = " ".join(x.text for x in lines if x not in zone)
     text = "".join(c for c in unicodedata.normalize("NFKD", printed.upper()) if not unicodedata.combining(c))
     flat = "".join(text.split())
     name, number = reading.fields["name"] or "", reading.fields["id_number"] or ""

@@ -274,7 +274,7 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
     no check digit whose printed reading is a different name is unreadable: neither reading is evidence
     for itself.
     """
-    zone_boxes = _zone_boxes(lines)
+    zone_boxes = zone_boxes_of(lines)
     printed_boxes = [x for x in lines if x not in zone_boxes]
     seeds = [x for x in zone_boxes if _filler_rich(x)]
     base = mean(x.score for x in seeds) if seeds else mean(x.score for x in lines)
@@ -360,7 +360,7 @@ def _filler_rich(line: OcrLine) -> bool:
     return fillers >= 2 and (len(line.text) >= 15 or 2 * fillers >= len(line.text))
 
 
-def _zone_boxes(lines: Sequence[OcrLine]) -> list[OcrLine]:
+def zone_boxes_of(lines: Sequence[OcrLine]) -> list[OcrLine]:
     """The boxes of the machine-readable zone: the filler-rich ones and every box within their band (a
     fragment of a zone line whose fillers were split off or misread). Only the other boxes are the printed
     zone, so the zone's own name line can never confirm itself."""
