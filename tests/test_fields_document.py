@@ -105,6 +105,14 @@ def test_cn_back_only_name_and_number_absent() -> None:
     assert states(r) == {"name": "absent", "id_number": "absent", "expiry_date": "present"}
 
 
+
+def test_cn_portrait_side_with_lost_labels_is_unreadable_not_absent() -> None:
+    """Both sides photographed small: the portrait side's labels were not read and its number fails the
+    checksum, but an 18-character number on the page shows the side is there, so its fields are unreadable."""
+    r = read_document(page("157589840", "110101197109048827", "中华人民共和国", "居民身份证"), TODAY)
+    assert states(r) == {"name": "unreadable", "id_number": "unreadable", "expiry_date": "unreadable"}
+
+
 @pytest.mark.parametrize(("validity", "expected"), [
     ("2015.03.01至长期", "long-term"),
     ("2015.03.01—长期", "long-term"),
@@ -314,3 +322,18 @@ def test_letters_among_the_closing_fillers_are_dropped_only_where_the_page_print
     # a real initial on a line read cleanly stays
     initial = read_document(page("VAN DER BERG", "LUCAS", *td1, "VAN<DER<BERG<<LUCAS<A<<<<<<<<<"), TODAY)
     assert initial.fields["name"] == "VAN DER BERG LUCAS A"
+
+
+def test_a_zone_number_that_fails_its_digit_and_differs_from_the_printed_one_is_unreadable() -> None:
+    """The OCR garbled the zone's number (an occluder across its line: 0 read as 6, which no confusion table
+    allows) and the page prints a number that does not pass the zone's digit either: neither reading is
+    evidence for itself, so nothing is stored (it goes to review)."""
+    garbled = [TD3[0], "L898962C36UTO7408122F1204159ZE184226B<<<<<10"]
+    r = read_document(page("Document No.", "L898902C5", *garbled), TODAY)
+    assert r.fields["id_number"] is None and states(r)["id_number"] == "unreadable"
+    assert {"mrz.number", "cross.number_mrz_vs_viz"} <= set(r.check_failures)
+    # a printed number that passes the zone's digit is taken instead (the printed alternatives)
+    assert read_document(page("Document No.", "L898902C3", *garbled), TODAY).fields["id_number"] == "L898902C3"
+    # the same failed digit with no printed number to contradict it is kept, at low confidence
+    alone = read_document(page(*garbled), TODAY)
+    assert alone.fields["id_number"] == "L898962C3" and alone.states["id_number"].confidence < 0.6

@@ -17,7 +17,7 @@ from pipeline.config import PrepareSettings
 from pipeline.containers import ContainerError
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason
 from pipeline.ingest import sha256_file
-from pipeline.prepare import FULL_MAX_LONG_EDGE, prepare_page
+from pipeline.prepare import FULL_MAX_LONG_EDGE, FULL_MIN_LONG_EDGE, prepare_page
 from pipeline.prepare.load import load_page
 from pipeline.prepare.orient import (
     PAGE_MIN_CONFIDENCE,
@@ -229,6 +229,22 @@ def test_prepare_page_second_pdf_page(tmp_path: Path, realdata_dir: Path) -> Non
     assert result.orientation == "portrait" and result.rotation_applied == 0
     assert result.sent_size == (512, 640)  # 500x639 rendered at 200 dpi: under the budget, nearest grid
     assert result.full_pixels is None  # nothing was lost to the budget, so no second copy
+
+
+def test_a_small_skewed_page_is_enlarged_for_the_ocr_before_it_is_deskewed(tmp_path: Path,
+                                                                          realdata_dir: Path) -> None:
+    """Deskewing a small capture blurs its small print; the OCR's copy is enlarged (cubic) to
+    FULL_MIN_LONG_EDGE first, while what a VLM is sent stays at the page's own size."""
+    card = cv2.resize(_rgb(realdata_dir / SPECIMENS[0]), (560, 400), interpolation=cv2.INTER_AREA)
+    path = tmp_path / "small_skewed.png"
+    Image.fromarray(_turn(card, 0, 7.0)).save(path)
+    result = prepare_page(_ref(path), SETTINGS)
+    assert isinstance(result, PreparedImage) and result.skew_corrected == pytest.approx(7.0, abs=2.0)
+    assert result.full_pixels is not None and max(result.full_pixels.shape[:2]) >= FULL_MIN_LONG_EDGE
+    for_vlm = prepare_page(_ref(path), SETTINGS, keep_full=False)
+    assert isinstance(for_vlm, PreparedImage) and for_vlm.full_pixels is None
+    assert for_vlm.sent_size == result.sent_size and np.array_equal(for_vlm.pixels, result.pixels)
+    assert max(result.sent_size) < FULL_MIN_LONG_EDGE
 
 
 # --- orientation on real specimens ----------------------------------------------------------------------

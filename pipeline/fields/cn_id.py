@@ -82,6 +82,13 @@ def is_valid_number(s: str, *, today: date | None = None) -> bool:
 _CANDIDATE = re.compile(r"[0-9OoDIl|BSZ]{17}[0-9Xx×]")
 
 
+def shows_a_number(text: str) -> bool:
+    """Whether `text` holds something shaped like an 18-character number, valid or not: the portrait side is
+    on the page even when its labels were lost and its number fails the checksum (its fields are then
+    unreadable, not absent)."""
+    return _CANDIDATE.search(re.sub(r"\s+", "", unicodedata.normalize("NFKC", text))) is not None
+
+
 def normalise_number(text: str, *, today: date | None = None) -> str | None:
     """The valid 18-character number in an OCR string, repairing O/D->0, I/l->1, x->X and spacing; None
     unless a candidate passes `is_valid_number` (the checksum makes a wrong repair very unlikely)."""

@@ -332,7 +332,10 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         factor = cross("cross.number_mrz_vs_viz", agrees, disagrees)
         if getattr(zone, "number_repaired", False) and not agrees:
             b.failures.append(NUMBER_UNCONFIRMED_CHECK)
-        b.present("id_number", zone.number, base * factor * _check_factor(zone, "mrz.number"))
+        if disagrees and "mrz.number" in zone.checks_failed:  # its own digit and the page both say otherwise
+            b.unreadable("id_number")
+        else:
+            b.present("id_number", zone.number, base * factor * _check_factor(zone, "mrz.number"))
     elif zone.doc_type == "driving_licence" and viz_number is not None:  # issuer layout not decoded
         b.present("id_number", re.sub(r"\s+", "", viz_number[0].upper()), viz_number[1] * _HEURISTIC)
 
@@ -460,7 +463,8 @@ def _read_cn(texts: list[str], lines: Sequence[OcrLine], today: date, b: _Builde
     flat = re.sub(r"\s+", "", "".join(texts))
     front = cn_id.parse_front(texts, today=today)
     back = cn_id.parse_back(texts)
-    has_front = front.number is not None or any(m in flat for m in _FRONT_MARKERS)
+    has_front = front.number is not None or any(m in flat for m in _FRONT_MARKERS) or \
+        any(cn_id.shows_a_number(t) for t in texts)
     has_back = back.found or any(m in flat for m in _BACK_MARKERS)
     if not (has_front or has_back):
         return False

@@ -74,6 +74,13 @@ def cap_long_edge(pixels: np.ndarray, long_edge: int) -> np.ndarray:
     return resize_to(pixels, capped_size(w, h, long_edge))
 
 
+def enlarge_long_edge(pixels: np.ndarray, long_edge: int) -> np.ndarray:
+    """`pixels` enlarged (aspect kept, cubic) so its long edge is at least `long_edge`; unchanged if larger."""
+    h, w = pixels.shape[:2]
+    scale = long_edge / max(w, h)
+    return pixels if scale <= 1 else resize_to(pixels, (max(1, round(w * scale)), max(1, round(h * scale))))
+
+
 def encode(pixels: np.ndarray, fmt: str = "jpeg", quality: int = 90) -> tuple[bytes, str]:
     """RGB array to (bytes, mime type) in `fmt` ("jpeg", "png" or "webp"); quality applies to lossy formats."""
     if fmt not in _MIME:
