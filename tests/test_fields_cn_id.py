@@ -130,6 +130,12 @@ def test_parse_front_without_number_invents_nothing() -> None:
     ("2035.03.01-2015.03.01", None),  # end before start: a misread
     ("2035.03.01", None),             # a lone date is not a range
     ("长期", None),
+    # motion blur: the dash read as a CJK character, taken only between two full dates
+    ("20250221年20350221", (date(2025, 2, 21), date(2035, 2, 21))),
+    ("有基期限 2025.02.21年2035.02.21", (date(2025, 2, 21), date(2035, 2, 21))),
+    ("2015.03.01年长期", (date(2015, 3, 1), "long-term")),
+    ("有效期限2035.02.21", None),  # the label's last character is no dash: still a lone date
+    ("出生1999年09月09日", None),
 ])
 def test_parse_validity(text: str, expected: object) -> None:
     assert parse_validity(text) == expected

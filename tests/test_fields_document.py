@@ -300,6 +300,9 @@ def test_a_number_repaired_by_its_own_check_digit_is_confirmed_only_by_the_page(
         "id_number/mrz.number_unconfirmed"
     shown = read_document(page("PASSPORT", "L898902C3", *zone), TODAY)
     assert "repair.mrz_number_unconfirmed" not in shown.check_failures and "cross.number_mrz_vs_viz" in shown.checks
+    # a printed number that differs (and does not pass the digit itself): the repair has nothing vouching for it
+    contradicted = read_document(page("Document No.", "L898902C5", *zone), TODAY)
+    assert contradicted.fields["id_number"] is None and states(contradicted)["id_number"] == "unreadable"
 
 
 def test_a_filler_read_as_k_after_a_name_is_cut_only_where_the_page_shows_the_name() -> None:

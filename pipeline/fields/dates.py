@@ -66,6 +66,10 @@ _YMD = r"(\d{4})[.,\-/]?(\d{2})[.,\-/]?(\d{2})"
 # Range separators: hyphen and dashes, tilde, 至, and 一 (the CJK "one" OCR often returns for a long dash).
 # Optional, because OCR sometimes drops a thin dash entirely and the fixed-width dates still split cleanly.
 _RANGE_SEP = r"([-—–~至一_]*)"
+# Under motion blur the dash between two full dates may come back as a CJK character (`20250221年20350221`);
+# such a character counts as the dash only there, between two full dates (a label such as 有效期限 ends in one).
+_FULL_DATE = r"\d{4}[.,\-/]?\d{2}[.,\-/]?\d{2}"
+_MISREAD_DASH = re.compile(rf"(?<!\d)({_FULL_DATE})[\u4e00-\u9fff](?=(?:{_FULL_DATE})(?!\d)|长期)")
 # Digit boundaries: an 18-digit ID number contains two 8-digit runs that look like a range.
 _VALIDITY = re.compile(rf"(?<!\d)(?:{_YMD})?{_RANGE_SEP}(?:{_YMD}(?!\d)|(长期))")
 # Validity periods are 5, 10 or 20 years (居民身份证法 Art. 5); a wider span is a misread, not a card.
@@ -81,7 +85,7 @@ def parse_validity(text: str) -> tuple[date | None, date | Literal["long-term"]]
     no end can be read, when a date does not exist, or when the end is not after the start (a misread).
     A lone date or a lone 长期 is not a range: without a start date, a separator must precede the end.
     """
-    flat = normalise_text(text)
+    flat = _MISREAD_DASH.sub(r"\1-", normalise_text(text))
     for m in _VALIDITY.finditer(flat):
         start_parts, separator = m.group(1, 2, 3), m.group(4)
         end_parts, long_term = m.group(5, 6, 7), m.group(8)

@@ -146,9 +146,11 @@ def _label_kind(text: str) -> str | None:
 
 
 def _value_below(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
-    """The nearest box under a label that starts in the label's column (printed zones put values there)."""
+    """The nearest box under a label that starts in the label's column (printed zones put values there); never
+    zone text (a printed value has no `<`): on a page whose last label sits just above the MRZ, the zone's first
+    line is not that label's value."""
     below = [x for x in lines if x is not label and x.top > label.middle and x.top - label.bottom < 2.5 * label.height
-             and abs(x.left - label.left) < 3 * label.height and _label_kind(x.text) is None]
+             and abs(x.left - label.left) < 3 * label.height and "<" not in x.text and _label_kind(x.text) is None]
     return min(below, key=lambda x: x.top) if below else None
 
 
@@ -330,9 +332,11 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         disagrees = zone.doc_type != "visa" and viz_number is not None and \
             re.sub(r"\s+", "", viz_number[0].upper()) != zone.number
         factor = cross("cross.number_mrz_vs_viz", agrees, disagrees)
-        if getattr(zone, "number_repaired", False) and not agrees:
+        repaired = getattr(zone, "number_repaired", False)
+        if repaired and not agrees:
             b.failures.append(NUMBER_UNCONFIRMED_CHECK)
-        if disagrees and "mrz.number" in zone.checks_failed:  # its own digit and the page both say otherwise
+        if disagrees and (repaired or "mrz.number" in zone.checks_failed):
+            # its own digit does not vouch for it (failed, or chose the repair) and the page prints another
             b.unreadable("id_number")
         else:
             b.present("id_number", zone.number, base * factor * _check_factor(zone, "mrz.number"))
