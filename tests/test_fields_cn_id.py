@@ -180,6 +180,11 @@ def test_parse_front_name_with_letters_or_digits_is_not_repaired() -> None:
     (["姓名 张三", "姓者 杨洋"], "张三"),                  # an exact label wins
     (["姓者杨洋"], None),                                # no space: where the label ends is unknown
     (["姓者 杨洋2"], None), (["住址 北京"], None), (["民族 汉"], None),
+    (["姓者", "胡玉俊", "性别", "男"], "胡玉俊"),          # the label alone, the value between it and 性别
+    (["姓者", "朱鹏", "性别男"], "朱鹏"),
+    (["姓者", "朱鹏"], None),                            # nothing shows the next box is the name
+    (["张名", "性别男", "民族汉"], None),                  # a name ending in 名, label lost: not a label
+    (["姓者", "性别", "性别男"], None),                    # a label is not a name
 ])
 def test_parse_front_name_after_a_label_with_one_character_misread(lines: list[str], name: str | None) -> None:
     assert cn_id.parse_front(lines, today=TODAY).name == name

@@ -303,6 +303,9 @@ def test_a_number_repaired_by_its_own_check_digit_is_confirmed_only_by_the_page(
     # a printed number that differs (and does not pass the digit itself): the repair has nothing vouching for it
     contradicted = read_document(page("Document No.", "L898902C5", *zone), TODAY)
     assert contradicted.fields["id_number"] is None and states(contradicted)["id_number"] == "unreadable"
+    # ... but where the page also prints the repaired number, the page confirms it (a label's value may be wrong)
+    confirmed = read_document(page("Document No.", "L898902C5", "L898902C3", *zone), TODAY)
+    assert confirmed.fields["id_number"] == "L898902C3" and "cross.number_mrz_vs_viz" in confirmed.checks
 
 
 def test_a_filler_read_as_k_after_a_name_is_cut_only_where_the_page_shows_the_name() -> None:

@@ -106,6 +106,7 @@ def normalise_number(text: str, *, today: date | None = None) -> str | None:
 
 _NAME_LABEL = re.compile(r"^姓\s*名\s*[:：]?\s*")
 _NAME_LABEL_MISREAD = re.compile(r"^(?:姓[\u4e00-\u9fff]|[\u4e00-\u9fff]名)\s+(\S+)$")
+_MISREAD_LABEL_ALONE = re.compile(r"^(?:姓[\u4e00-\u9fff]|[\u4e00-\u9fff]名)$")
 _LABEL_TAIL = re.compile(r"^(?:姓\s*)?名\s*[:：]?\s*(?=\S{2})")
 _LEADING_SYMBOLS = re.compile(r"^[^\w·•]+")  # a separator or speck read as a symbol ("姓名☑张三"): never a name
 _SEX_VALUE = re.compile(r"性\s*别\s*[:：]?\s*([男女])")
@@ -141,14 +142,21 @@ class CnBack:
 
 def _name(lines: Sequence[str]) -> str | None:
     """姓名 value: glued to the label ("姓名张三") or on the next line when the label stands alone; else, from
-    a label with one character misread ("姓者 杨洋", blur), only where a space shows where the label ends."""
+    a label with one character misread ("姓者", blur), only where the label's end is certain: a space before
+    the value in the same box ("姓者 杨洋"), or the label alone in its box with the value's box between it and
+    the 性别 line ("姓者" / "胡玉俊" / "性别男")."""
     exact = _labelled_name(lines)
     if exact is not None:
         return exact
-    for line in lines:
+    for i, line in enumerate(lines):
         m = _NAME_LABEL_MISREAD.match(line.strip())  # before normalising, which drops the space
         if m and _CJK_NAME.fullmatch(value := normalise_text(m.group(1))):
             return value
+        if _MISREAD_LABEL_ALONE.match(normalise_text(line)) and i + 2 < len(lines) and \
+                normalise_text(lines[i + 2]).startswith("性别"):
+            value = normalise_text(lines[i + 1])
+            if _CJK_NAME.fullmatch(value) and not _LABEL_ONLY.match(value):
+                return value
     return None
 
 

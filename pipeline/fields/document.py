@@ -335,7 +335,7 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         repaired = getattr(zone, "number_repaired", False)
         if repaired and not agrees:
             b.failures.append(NUMBER_UNCONFIRMED_CHECK)
-        if disagrees and (repaired or "mrz.number" in zone.checks_failed):
+        if disagrees and not agrees and (repaired or "mrz.number" in zone.checks_failed):
             # its own digit does not vouch for it (failed, or chose the repair) and the page prints another
             b.unreadable("id_number")
         else:
