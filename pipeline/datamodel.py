@@ -133,8 +133,9 @@ class PreparedImage:
     skew_corrected: float  # degrees of small-angle deskew applied
     orientation: Literal["landscape", "portrait"]
     visual_tokens: int
-    # Full-resolution upright page (before the budget resize, capped at 2400 px) for backends that read
-    # small print better above the VLM budget (the embedded OCR). None when it has no more pixels than `pixels`.
+    # Full-resolution upright page (before the budget resize, capped at 2400 px; a small skewed capture enlarged
+    # to 1024 px before its deskew) for backends that read small print better above the VLM budget (the
+    # embedded OCR). None when it has no more pixels than `pixels`.
     full_pixels: Any = None
     # How sure the text-direction vote was (0.5-1; 0 when no text line was found).
     orientation_confidence: float = 0.0

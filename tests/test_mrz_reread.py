@@ -45,6 +45,28 @@ def test_mrz_like_boxes(text, expected):
     assert mrz_reread.is_mrz_like(text) is expected
 
 
+def _box(left: float, top: float, right: float, bottom: float) -> tuple[tuple[float, float], ...]:
+    return ((left, top), (right, top), (right, bottom), (left, bottom))
+
+
+def test_a_first_pass_fragment_of_a_reread_line_is_dropped_with_it():
+    """The first pass read only `CAN` off the name line (an occluder across it); the re-read line is
+    `P<CANJANSEN<<CLARA<` with its closing fillers lost. Left in, the fragment joins the re-read line's row as a
+    fourth name word that the printed nationality `CAN` even seems to confirm."""
+    printed = [OcrLine("Surname / Nom", 0.98, _box(380, 200, 560, 220)),
+               OcrLine("JANSEN", 1.0, _box(380, 225, 480, 250)),
+               OcrLine("Given names / Prénoms", 0.99, _box(380, 260, 640, 280)),
+               OcrLine("CLARA", 1.0, _box(380, 285, 470, 310)),
+               OcrLine("Nationality / Nationalité", 0.98, _box(380, 320, 650, 340)),
+               OcrLine("CAN", 1.0, _box(380, 345, 440, 370))]
+    fragment = OcrLine("CAN", 0.99, _box(138, 707, 241, 724))
+    reread = [OcrLine("P<CANJANSEN<<CLARA<", 0.9, _box(23, 707, 1250, 738)),
+              OcrLine("ZE16687278CAN9910078M2312178<<<<<<<<<<<<<<<4", 0.95, _box(23, 776, 1250, 811))]
+    lines = mrz_reread.replace_mrz([*printed, fragment], reread)
+    assert fragment not in lines and printed[-1] in lines
+    assert read_document(lines, TODAY).fields["name"] == "JANSEN CLARA"
+
+
 def test_rows_from_one_detected_line_include_the_missing_name_line():
     """Only the data line was detected (glare on the name line): the row above it is predicted and then
     snapped onto the ink of the real line."""

@@ -295,5 +295,11 @@ def reread(pixels: np.ndarray, first_pass: Sequence[OcrLine], recognise: Recogni
 
 
 def replace_mrz(first_pass: Sequence[OcrLine], mrz_lines: Sequence[OcrLine]) -> list[OcrLine]:
-    """The page's lines with the first pass's MRZ boxes swapped for re-read ones."""
-    return [x for x in first_pass if not is_mrz_like(x.text)] + list(mrz_lines)
+    """The page's lines with the first pass's MRZ boxes swapped for re-read ones: every first-pass box that looks
+    like zone text, and every box whose middle lies on a re-read line (a fragment of that line, e.g. `CAN` the
+    first pass read from `P<CANJANSEN<<...` above an occluder, would otherwise join the re-read line's row as a
+    fourth name word)."""
+    def on_a_reread_line(x: OcrLine) -> bool:
+        return any(line.top <= x.middle <= line.bottom for line in mrz_lines)
+
+    return [x for x in first_pass if not is_mrz_like(x.text) and not on_a_reread_line(x)] + list(mrz_lines)
