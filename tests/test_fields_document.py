@@ -111,6 +111,8 @@ def test_cn_portrait_side_with_lost_labels_is_unreadable_not_absent() -> None:
     checksum, but an 18-character number on the page shows the side is there, so its fields are unreadable."""
     r = read_document(page("157589840", "110101197109048827", "中华人民共和国", "居民身份证"), TODAY)
     assert states(r) == {"name": "unreadable", "id_number": "unreadable", "expiry_date": "unreadable"}
+    # an 18-digit number on a page that is no PRC card does not make it one
+    assert read_document(page("ACCOUNT", "110101197109048827"), TODAY).doc_type != "cn_id"
 
 
 @pytest.mark.parametrize(("validity", "expected"), [

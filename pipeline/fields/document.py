@@ -467,9 +467,11 @@ def _read_cn(texts: list[str], lines: Sequence[OcrLine], today: date, b: _Builde
     flat = re.sub(r"\s+", "", "".join(texts))
     front = cn_id.parse_front(texts, today=today)
     back = cn_id.parse_back(texts)
-    has_front = front.number is not None or any(m in flat for m in _FRONT_MARKERS) or \
-        any(cn_id.shows_a_number(t) for t in texts)
     has_back = back.found or any(m in flat for m in _BACK_MARKERS)
+    # Both sides photographed small: the portrait side's labels may be lost and its number fail the checksum,
+    # yet an 18-character number beside the emblem side shows it is there (its fields unreadable, not absent).
+    has_front = front.number is not None or any(m in flat for m in _FRONT_MARKERS) or \
+        (has_back and any(cn_id.shows_a_number(t) for t in texts))
     if not (has_front or has_back):
         return False
     if has_front:
