@@ -9,7 +9,6 @@ only when the checksum passes; the printed 出生 and 性别 are then cross-chec
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal, Sequence
@@ -86,13 +85,13 @@ def shows_a_number(text: str) -> bool:
     """Whether `text` holds something shaped like an 18-character number, valid or not: the portrait side is
     on the page even when its labels were lost and its number fails the checksum (its fields are then
     unreadable, not absent)."""
-    return _CANDIDATE.search(re.sub(r"\s+", "", unicodedata.normalize("NFKC", text))) is not None
+    return _CANDIDATE.search(normalise_text(text)) is not None
 
 
 def normalise_number(text: str, *, today: date | None = None) -> str | None:
     """The valid 18-character number in an OCR string, repairing O/D->0, I/l->1, x->X and spacing; None
     unless a candidate passes `is_valid_number` (the checksum makes a wrong repair very unlikely)."""
-    flat = re.sub(r"\s+", "", unicodedata.normalize("NFKC", text))
+    flat = normalise_text(text)
     for start in range(len(flat) - 17):
         window = flat[start:start + 18]
         if _CANDIDATE.fullmatch(window):
@@ -105,8 +104,9 @@ def normalise_number(text: str, *, today: date | None = None) -> str | None:
 # -------------------------------------------------------------------------------------- card sides
 
 _NAME_LABEL = re.compile(r"^姓\s*名\s*[:：]?\s*")
-_NAME_LABEL_MISREAD = re.compile(r"^(?:姓[\u4e00-\u9fff]|[\u4e00-\u9fff]名)\s+(\S+)$")
-_MISREAD_LABEL_ALONE = re.compile(r"^(?:姓[\u4e00-\u9fff]|[\u4e00-\u9fff]名)$")
+_MISREAD_LABEL = r"(?:姓[\u4e00-\u9fff]|[\u4e00-\u9fff]名)"  # 姓名 with one character misread
+_NAME_LABEL_MISREAD = re.compile(rf"^{_MISREAD_LABEL}\s+(\S+)$")
+_MISREAD_LABEL_ALONE = re.compile(rf"^{_MISREAD_LABEL}$")
 _LABEL_TAIL = re.compile(r"^(?:姓\s*)?名\s*[:：]?\s*(?=\S{2})")
 _LEADING_SYMBOLS = re.compile(r"^[^\w·•]+")  # a separator or speck read as a symbol ("姓名☑张三"): never a name
 _SEX_VALUE = re.compile(r"性\s*别\s*[:：]?\s*([男女])")

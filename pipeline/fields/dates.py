@@ -68,8 +68,7 @@ _YMD = r"(\d{4})[.,\-/]?(\d{2})[.,\-/]?(\d{2})"
 _RANGE_SEP = r"([-—–~至一_]*)"
 # Under motion blur the dash between two full dates may come back as a CJK character (`20250221年20350221`);
 # such a character counts as the dash only there, between two full dates (a label such as 有效期限 ends in one).
-_FULL_DATE = r"\d{4}[.,\-/]?\d{2}[.,\-/]?\d{2}"
-_MISREAD_DASH = re.compile(rf"(?<!\d)({_FULL_DATE})[\u4e00-\u9fff](?=(?:{_FULL_DATE})(?!\d)|长期)")
+_MISREAD_DASH = re.compile(rf"(?<!\d)({_YMD})[\u4e00-\u9fff](?=(?:{_YMD})(?!\d)|长期)")  # \1: the start date
 # Digit boundaries: an 18-digit ID number contains two 8-digit runs that look like a range.
 _VALIDITY = re.compile(rf"(?<!\d)(?:{_YMD})?{_RANGE_SEP}(?:{_YMD}(?!\d)|(长期))")
 # Validity periods are 5, 10 or 20 years (居民身份证法 Art. 5); a wider span is a misread, not a card.

@@ -52,9 +52,10 @@ def prepare_page(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool
     upright, found = make_upright(working)
     height, width = upright.shape[:2]
     sent = resize_to(upright, fit_to_budget(width, height, settings))
-    full = cap_long_edge(upright, FULL_MAX_LONG_EDGE)
     if keep_full and found.skew and max(working.shape[:2]) < FULL_MIN_LONG_EDGE:
         full = apply_orientation(enlarge_long_edge(working, FULL_MIN_LONG_EDGE), found)
+    else:
+        full = cap_long_edge(upright, FULL_MAX_LONG_EDGE)
     return PreparedImage(
         ref=ref,
         pixels=sent,

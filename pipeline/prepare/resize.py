@@ -62,9 +62,11 @@ def resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 def capped_size(width: int, height: int, long_edge: int) -> tuple[int, int]:
     """(w, h) shrunk (aspect kept) so the long edge is at most `long_edge`; unchanged if already smaller."""
+    return (width, height) if max(width, height) <= long_edge else _with_long_edge(width, height, long_edge)
+
+
+def _with_long_edge(width: int, height: int, long_edge: int) -> tuple[int, int]:
     scale = long_edge / max(width, height)
-    if scale >= 1:
-        return width, height
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
@@ -77,8 +79,7 @@ def cap_long_edge(pixels: np.ndarray, long_edge: int) -> np.ndarray:
 def enlarge_long_edge(pixels: np.ndarray, long_edge: int) -> np.ndarray:
     """`pixels` enlarged (aspect kept, cubic) so its long edge is at least `long_edge`; unchanged if larger."""
     h, w = pixels.shape[:2]
-    scale = long_edge / max(w, h)
-    return pixels if scale <= 1 else resize_to(pixels, (max(1, round(w * scale)), max(1, round(h * scale))))
+    return pixels if max(w, h) >= long_edge else resize_to(pixels, _with_long_edge(w, h, long_edge))
 
 
 def encode(pixels: np.ndarray, fmt: str = "jpeg", quality: int = 90) -> tuple[bytes, str]:
