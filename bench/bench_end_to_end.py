@@ -9,7 +9,8 @@ What it reports, and how each figure is taken:
   the endpoint's ideal min(slots, concurrency) / latency; and over the whole wall time, start-up included.
 - requests in flight: the server's own count, sampled every 100 ms (median and max while busy, and a
   one-second timeline).
-- prepare ms/page: `prepare_page` over the set's pages in this process on one thread, CPU time (median, p95).
+- prepare ms/page: `prepare_page` as a VLM run calls it, over the set's pages in this process on one thread, CPU time
+  (median, p95, mean).
 - CPU-seconds per document and peak RSS: the rusage of the `idflow run` process (os.wait4).
 - fixed start-up: seconds from spawning `idflow run` to its first request, and the pieces of it that can be
   timed alone (importing the CLI and the Prefect flow, loading the orientation models).
@@ -67,16 +68,18 @@ def replicated(source: Path, pages: int, into: Path) -> Path:
 
 
 def prepare_cost(folder: Path, limit: int) -> list[float]:
-    """CPU seconds of `prepare_page` per readable page, one thread, models warm."""
-    from pipeline.prepare import prepare_page
+    """CPU seconds of `prepare_page` per readable page as a VLM run prepares it (no full-size copy for an OCR),
+    one thread, both orientation models loaded first (loading is start-up cost, not per page)."""
+    from pipeline.prepare import orient, prepare_page
 
     settings = PrepareSettings()
     refs = [item for item in Discovery(folder).items() if isinstance(item, DocumentRef)][:limit]
-    prepare_page(refs[0], settings)  # warm-up: model load is start-up cost, not per page
+    orient._get_page_model()
+    orient._get_models()
     cpu = []
     for ref in refs:
         started = time.thread_time()
-        outcome = prepare_page(ref, settings)
+        outcome = prepare_page(ref, settings, keep_full=False)
         if isinstance(outcome, PreparedImage):
             cpu.append(time.thread_time() - started)
     return cpu

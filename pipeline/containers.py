@@ -124,6 +124,9 @@ def os_failure(e: OSError) -> ContainerError:
     return ContainerError(Reason.UNREADABLE, f"cannot read file: {e.strerror}")
 
 
+_PNG_EXIF_MARKERS = (b"eXIf", b"Raw profile type exif")
+
+
 def _data(source: Source, settings: PrepareSettings) -> bytes:
     return source if isinstance(source, bytes) else read_document(source, settings.max_input_bytes)
 
@@ -213,9 +216,16 @@ def page_size(source: Source, page: int, settings: PrepareSettings) -> tuple[int
         _seek(im, page)
         w, h = im.size
         # Pillow turns a TIFF frame itself (its size is already as shown); other formats are turned by `_upright`.
-        if kind is not Kind.TIFF and _orientation(im) in _TRANSPOSING_ORIENTATIONS:
+        if kind is not Kind.TIFF and _may_hold_exif(data, kind) and _orientation(im) in _TRANSPOSING_ORIENTATIONS:
             return h, w
         return w, h
+
+
+def _may_hold_exif(data: bytes, kind: Kind) -> bool:
+    """False for a PNG whose bytes hold no EXIF anywhere. Pillow looks for a PNG's EXIF by decoding the whole
+    image (the chunk may follow the pixel data), which doubled the cost of preparing a PNG page; a PNG can keep
+    EXIF only in an eXIf chunk or ImageMagick's "Raw profile type exif" text, both named in plain bytes."""
+    return kind is not Kind.PNG or any(marker in data for marker in _PNG_EXIF_MARKERS)
 
 
 def _open_image(data: bytes, kind: Kind, settings: PrepareSettings) -> Image.Image:

@@ -10,18 +10,21 @@ from __future__ import annotations
 import io
 import math
 import random
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageFile
 
 from pipeline.config import PrepareSettings, Settings
 from pipeline.containers import open_page, page_size
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason
 from pipeline.estimate import estimate_folder
 from pipeline.ingest import Discovery, sha256_file
-from pipeline.prepare import FULL_MAX_LONG_EDGE, prepare_page
+from pipeline.prepare import FULL_MAX_LONG_EDGE, _working_page, prepare_page
 from pipeline.prepare.crop import find_document
 from pipeline.prepare.load import VerifiedPage, load_page
 from pipeline.prepare.orient import make_upright
@@ -123,6 +126,49 @@ def test_non_jpeg_formats_ignore_min_size(tmp_path: Path) -> None:
     assert open_page(path, 0, SETTINGS, min_size=(500, 375)).size == (4000, 3000)
 
 
+def _png_chunk(kind: bytes, payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + kind + payload + zlib.crc32(kind + payload).to_bytes(4, "big")
+
+
+def _decodes_during(monkeypatch: pytest.MonkeyPatch, call: Callable[[], object]) -> int:
+    """How many times Pillow decodes pixel data while `call` runs (a spy that calls through)."""
+    count = 0
+    load = ImageFile.ImageFile.load
+
+    def counting(self: ImageFile.ImageFile) -> object:
+        nonlocal count
+        count += self.tile != []  # a load with tiles left decodes; a repeated load is free
+        return load(self)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", counting)
+    call()
+    return count
+
+
+def test_png_size_is_read_from_the_header_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pillow decodes a whole PNG to look for EXIF after its pixel data; a PNG holding no EXIF is not decoded
+    to learn its size (a page was decoded twice: once for its size, once for its pixels)."""
+    path = tmp_path / "page.png"
+    Image.open(_photo(tmp_path / "photo.jpg", size=(1200, 900))).save(path)
+    assert _decodes_during(monkeypatch, lambda: page_size(path, 0, SETTINGS)) == 0
+    assert page_size(path, 0, SETTINGS) == (1200, 900)
+    assert _decodes_during(monkeypatch, lambda: prepare_page(_ref(path), SETTINGS, keep_full=False)) == 1
+
+
+def test_png_exif_after_its_pixel_data_still_turns_the_page(tmp_path: Path) -> None:
+    """An eXIf chunk may follow IDAT: orientation 6 there still makes the stored 1200x900 page 900x1200."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    Image.open(_photo(tmp_path / "photo.jpg", size=(1200, 900))).save(buffer, "PNG")
+    data = buffer.getvalue()
+    iend = data.rindex(b"IEND") - 4
+    path = tmp_path / "late_exif.png"
+    path.write_bytes(data[:iend] + _png_chunk(b"eXIf", exif.tobytes()) + data[iend:])
+    assert page_size(path, 0, SETTINGS) == (900, 1200)
+    assert open_page(path, 0, SETTINGS).size == (900, 1200)
+
+
 def _a4_pdf(path: Path) -> Path:
     """An A4 page (595 x 842 pt) with a card image on it."""
     page = Image.new("RGB", (595, 842), "white")
@@ -160,12 +206,31 @@ def test_vlm_working_page_of_a_photo_is_decoded_at_half_size(tmp_path: Path) -> 
     ref = _ref(_photo(tmp_path / "photo.jpg"))
     page = VerifiedPage(ref, SETTINGS)
     assert page.size == (4000, 3000) and page.decoded_size is None
-    working = page.region(None, VLM_EDGE)
+    working = page.region(None, (1600, 1200))
     assert page.decoded_size == (2000, 1500)  # 1/2, not the full 11 MP
     assert working.shape == (1200, 1600, 3)
     reference = _full_decode_working(ref, VLM_EDGE)
     assert working.shape == reference.shape
     assert np.abs(working.astype(np.float32) - reference).mean() < 3
+
+
+def test_a_vlm_page_is_made_at_the_size_sent_from_a_decode_a_little_smaller(tmp_path: Path) -> None:
+    """An A4 JPEG (1700x2400) sent at 832x1216: with 2 % slack it is decoded at half size (1200 px, 1.3 % short)
+    instead of whole, and the working page is already the size sent (one resize, not two)."""
+    path = _photo(tmp_path / "a4.jpg", size=(1700, 2400))
+    size = fit_to_budget(1700, 2400, SETTINGS)
+    assert size == (832, 1216)
+    strict = VerifiedPage(_ref(path), SETTINGS)
+    strict.region(None, size)
+    assert strict.decoded_size == (1700, 2400)
+    page = VerifiedPage(_ref(path), SETTINGS)
+    working = page.region(None, size, slack=0.02)
+    assert page.decoded_size == (850, 1200)
+    assert working.shape == (1216, 832, 3)
+    reference = cv2.resize(load_page(_ref(path), SETTINGS), size, interpolation=cv2.INTER_AREA)
+    assert np.abs(working.astype(np.float32) - reference).mean() < 3
+    vlm_working, _ = _working_page(_ref(path), SETTINGS, keep_full=False)
+    assert vlm_working.shape == working.shape and np.array_equal(vlm_working, working)
 
 
 def test_a_full_decode_is_reused_not_repeated(tmp_path: Path) -> None:
@@ -174,7 +239,7 @@ def test_a_full_decode_is_reused_not_repeated(tmp_path: Path) -> None:
     page = VerifiedPage(_ref(path), SETTINGS)
     whole = page.pixels(5000)  # more than the page has: full size, once
     assert whole.shape == (2000, 3000, 3)
-    assert page.region((0, 0, 1500, 1000), 800).shape == (533, 800, 3)
+    assert page.region((0, 0, 1500, 1000), (800, 533)).shape == (533, 800, 3)
     assert page.pixels() is whole  # the region was cut from the array in hand: nothing decoded again
     assert page.pixels(5000) is whole
 
@@ -182,7 +247,7 @@ def test_a_full_decode_is_reused_not_repeated(tmp_path: Path) -> None:
 def test_ocr_working_page_of_a_photo_stays_full_size(tmp_path: Path) -> None:
     """4000 px shrunk to 2400: no DCT scale (1/2 = 2000 px) is large enough, so the page is decoded whole."""
     page = VerifiedPage(_ref(_photo(tmp_path / "photo.jpg")), SETTINGS)
-    assert page.region(None, OCR_EDGE).shape == (1800, 2400, 3)
+    assert page.region(None, (2400, 1800)).shape == (1800, 2400, 3)
     assert page.decoded_size == (4000, 3000)
 
 
@@ -200,7 +265,7 @@ def test_flatbed_card_keeps_its_size_and_pixels(tmp_path: Path, working_edge: in
     assert max(abs(a - b) for a, b in zip(box, reference_box, strict=True)) <= 4  # same box, to a few px
     x0, y0, x1, y1 = box
     assert max(x1 - x0, y1 - y0) < 2 * working_edge  # ... so the card needs more than half the page's pixels
-    working = page.region(box, working_edge)
+    working = page.region(box, capped_size(box[2] - box[0], box[3] - box[1], working_edge))
     assert page.decoded_size == page.size
     reference = _full_decode_working(ref, working_edge)
     assert abs(working.shape[0] - reference.shape[0]) <= 4 and abs(working.shape[1] - reference.shape[1]) <= 4
@@ -215,7 +280,7 @@ def test_card_large_enough_is_decoded_again_at_the_scale_it_needs(tmp_path: Path
     page = VerifiedPage(ref, settings)
     box = find_document(page.pixels(800), page.size)
     assert page.decoded_size == (707, 1000)
-    working = page.region(box, 800)
+    working = page.region(box, capped_size(box[2] - box[0], box[3] - box[1], 800))
     assert page.decoded_size == (1414, 2000)
     x0, y0, x1, y1 = box
     assert working.shape[1::-1] == capped_size(x1 - x0, y1 - y0, 800)
@@ -240,7 +305,7 @@ def test_pdf_page_is_rendered_at_working_size(tmp_path: Path) -> None:
     ref = _ref(_a4_pdf(tmp_path / "a4.pdf"))
     page = VerifiedPage(ref, SETTINGS)
     assert page.size == (1653, 2339)  # the page at pdf_dpi (200)
-    assert page.region(None, VLM_EDGE).shape[1::-1] == capped_size(1653, 2339, VLM_EDGE) == (1131, 1600)
+    assert page.region(None, capped_size(1653, 2339, VLM_EDGE)).shape[1::-1] == (1131, 1600)
     assert 1600 <= page.decoded_size[1] <= 1601  # rendered at ~137 dpi
     prepared = prepare_page(ref, SETTINGS, keep_full=False)
     assert isinstance(prepared, PreparedImage)

@@ -243,7 +243,8 @@ def test_a_small_skewed_page_is_enlarged_for_the_ocr_before_it_is_deskewed(tmp_p
     assert result.full_pixels is not None and max(result.full_pixels.shape[:2]) >= FULL_MIN_LONG_EDGE
     for_vlm = prepare_page(_ref(path), SETTINGS, keep_full=False)
     assert isinstance(for_vlm, PreparedImage) and for_vlm.full_pixels is None
-    assert for_vlm.sent_size == result.sent_size and np.array_equal(for_vlm.pixels, result.pixels)
+    assert for_vlm.sent_size == result.sent_size  # the same page, resampled in another order: not enlarged
+    assert np.abs(for_vlm.pixels.astype(np.float32) - result.pixels).mean() < 3
     assert max(result.sent_size) < FULL_MIN_LONG_EDGE
 
 

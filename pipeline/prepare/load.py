@@ -12,7 +12,7 @@ Why a page is decoded at the size asked for: a full decode of an 11 MP JPEG cost
 prepare stage, and the VLM never looks at more than 1600 px. A JPEG decoded with DCT scaling (1/2, 1/4, 1/8)
 costs a fraction of that, and a PDF rendered at a lower dpi likewise; `VerifiedPage` picks the smallest decode
 that still gives the asked size, and hands out a region of the page (the card on a flatbed scan) at exactly the
-size a full decode then a resize would give.
+size asked, as a full decode then a resize would give it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from PIL import Image
 from pipeline.config import PrepareSettings
 from pipeline.containers import ContainerError, open_page, page_size, read_document
 from pipeline.datamodel import DocumentRef, Reason
-from pipeline.prepare.resize import capped_size, resize_to
+from pipeline.prepare.resize import resize_to
 
 _WHITE = (255, 255, 255, 255)
 _ALPHA_MODES = frozenset({"LA", "La", "PA", "RGBA", "RGBa"})
@@ -72,12 +72,12 @@ class VerifiedPage:
         self._decode(1.0 if long_edge is None else long_edge / max(self.size))
         return self._as_array()
 
-    def region(self, box: Box | None, long_edge: int) -> np.ndarray:
-        """`box` of the page (None: all of it) as RGB, shrunk to a long edge of at most `long_edge`: the same size
-        as cropping a full decode and capping it with `cap_long_edge`, from the smallest decode that allows it."""
+    def region(self, box: Box | None, size: tuple[int, int], *, slack: float = 0.0) -> np.ndarray:
+        """`box` of the page (None: all of it) as RGB resized to `size` (w, h), from the smallest decode that
+        allows it: one at most `slack` (a fraction) smaller on each side than `size`, then enlarged to it."""
         x0, y0, x1, y1 = box or (0, 0, *self.size)
-        target_w, target_h = capped_size(x1 - x0, y1 - y0, long_edge)
-        width, height = self._decode(max(target_w / (x1 - x0), target_h / (y1 - y0)))
+        target_w, target_h = size
+        width, height = self._decode(max(target_w / (x1 - x0), target_h / (y1 - y0)) * (1.0 - slack))
         # Box to decoded pixels, rounded outwards so the region never comes out smaller than the target.
         fx, fy = width / self.size[0], height / self.size[1]
         crop = (math.floor(x0 * fx), math.floor(y0 * fy),
