@@ -345,3 +345,31 @@ def test_a_zone_number_that_fails_its_digit_and_differs_from_the_printed_one_is_
     # the same failed digit with no printed number to contradict it is kept, at low confidence
     alone = read_document(page(*garbled), TODAY)
     assert alone.fields["id_number"] == "L898962C3" and alone.states["id_number"].confidence < 0.6
+
+
+def test_a_zone_name_the_print_goes_on_past_is_not_confirmed_by_its_words() -> None:
+    """Seed 111, a dark photo: OCR lost "MIA<<<<<" from the TD1 name line, leaving MARTIN<<MARIA. Both words are
+    printed, but the printed box "MARIA MIA" goes on past the zone's last word: the zone's name is incomplete,
+    so it is unreadable (it had been stored at 0.98 and auto-accepted), not confirmed."""
+    td1 = ["I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6"]
+    short = ("ERIKSSON<<ANNA<", "<<<<<<<<")
+    r = read_document(page("IDENTITY CARD", "ERIKSSON", "ANNA MARIA", *td1, short), TODAY)
+    assert r.states["name"].state == "unreadable" and "cross.name_mrz_vs_viz" in r.check_failures
+    assert r.fields["id_number"] == "D23145890"
+    # the whole name line, or a print that stops where the zone does, or a sex code after the name: confirmed
+    for printed in (("ERIKSSON", "ANNA MARIA"), ("ERIKSSON", "ANNA MARIA F")):
+        r = read_document(page("IDENTITY CARD", *printed, *td1, "ERIKSSON<<ANNA<MARIA<<<<<<<<<<"), TODAY)
+        assert r.fields["name"] == "ERIKSSON ANNA MARIA" and "cross.name_mrz_vs_viz" in r.checks
+    r = read_document(page("IDENTITY CARD", "ERIKSSON", "ANNA", *td1, short), TODAY)
+    assert r.fields["name"] == "ERIKSSON ANNA" and "cross.name_mrz_vs_viz" in r.checks
+
+
+@pytest.mark.parametrize("printed", [
+    "ANDRIS JANIS PARAUDZINS",  # Latvia: the historical form of the whole name, the zone's surname again
+    "Andris Paraudzinsh",  # a signature read as text (Austria's specimen: "Isolde Hustefre")
+    "00000 ANDRIS (SPE)",  # an address line (Monaco's specimen: "00000 SPECIMEN (SPE)")
+])
+def test_other_text_after_the_zone_names_last_word_does_not_make_it_incomplete(printed: str) -> None:
+    zone = ["I<LVAPA99929216121282<88882<<<", "8212122M1703054LVA<<<<<<<<<<<0", "PARAUDZINS<<ANDRIS<<<<<<<<<<<<"]
+    r = read_document(page("PARAUDZINS", "ANDRIS", printed, *zone), TODAY)
+    assert r.fields["name"] == "PARAUDZINS ANDRIS" and "cross.name_mrz_vs_viz" in r.checks

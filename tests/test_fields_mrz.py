@@ -341,3 +341,23 @@ def test_a_short_name_line_that_lost_its_closing_fillers_is_still_the_name_line(
     assert r is not None and r.name == "LI ANNA" and r.valid
     # without the surname/given separator a short line is not taken for the name line
     assert mrz.find(["P<UTOLIANNA", data], TODAY).name is None
+
+
+@pytest.mark.parametrize("data", [
+    TD3[1].replace("<<<<<", "<<<"),  # two fillers of the personal-number run lost (a dark photo, seed 606)
+    TD3[1].replace("<<<<<", "<<<<<<<<"),  # three gained
+])
+def test_a_miscounted_filler_run_is_counted_again(data: str) -> None:
+    """OCR miscounts long runs of '<'; the line is refitted by that run, and every check digit (personal
+    number and composite included, which a run in the wrong place fails) decides."""
+    assert len(data) != 44
+    r = mrz.find([TD3[0], data], TODAY)
+    assert r is not None and r.format == "TD3" and r.valid
+    assert {"mrz.personal", "mrz.composite"} <= set(r.checks_passed)
+    assert r.number == "L898902C3" and r.expiry_date == date(2012, 4, 15)
+
+
+def test_a_run_of_fillers_does_not_stand_in_for_lost_characters() -> None:
+    """Two characters of the number lost: lengthening the filler run fits the width but not the checks."""
+    r = mrz.find([TD3[0], TD3[1][:2] + TD3[1][4:]], TODAY)
+    assert r is None or (r.number != "L898902C3" and not r.valid)

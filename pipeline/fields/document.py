@@ -307,6 +307,9 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         if fuller is not None:  # the printed full name (patronymic, more given names) continues the zone's
             b.checks.append(NAME_EXTENDED_CHECK)
             b.present("name", fuller, min(base, viz_name[1]))
+        elif _printed_beyond(name, printed_boxes):  # its words are printed, but the print goes on: incomplete
+            b.failures.append("cross.name_mrz_vs_viz")
+            b.unreadable("name")
         elif not agrees and disagrees and \
                 difflib.SequenceMatcher(None, _fold(viz_name[0]), _fold(name)).ratio() < _SAME_NAME_RATIO:
             b.failures.append("cross.name_mrz_vs_viz")
@@ -391,6 +394,26 @@ def _printed_extension(zone_name: str, printed_name: str) -> str | None:
     if all(z == p or _one_letter_lost(z, p) for z, p in zip(zone_words, printed_words)):
         return " ".join(printed_name.split())
     return None
+
+
+def _printed_beyond(zone_name: str, printed_boxes: Sequence[OcrLine]) -> bool:
+    """A printed box that begins with the zone name's last words and goes on with new name words ("MARIA MIA"
+    beside a zone read as MARTIN<<MARIA): the zone's name is incomplete (OCR lost part of its line), so its
+    words all being printed confirms nothing. A box that goes on to repeat a zone word is another form of the
+    whole name ("ANDRIS JANIS PARAUDZINS", Latvia's historical form, beside PARAUDZINS<<ANDRIS), not this."""
+    zone = _fold(zone_name).split()
+    for box in printed_boxes:
+        # only a printed name: capitals and nothing else (not a signature, "Isolde Hustefre"; not an address or
+        # a code, "00000 SPECIMEN (SPE)")
+        if not looks_like_name(box.text) or box.text != box.text.upper():
+            continue
+        words = _fold(box.text).split()
+        for k in range(1, len(zone) + 1):
+            rest = words[k:]
+            if words[:k] == zone[-k:] and rest and len(rest[0]) >= 2 and _label_kind(rest[0]) is None \
+                    and not set(rest) & set(zone):
+                return True
+    return False
 
 
 def _one_letter_lost(short: str, long: str) -> bool:

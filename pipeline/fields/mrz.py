@@ -375,16 +375,30 @@ def repair_name_field(field_text: str) -> str:
     return text + "<" * (len(field_text) - len(text))
 
 
+_MAX_MISCOUNTED_FILLERS = 3  # fillers a long run may have gained or lost in OCR
+
+
 def fit_width(line: str, width: int, is_name: bool) -> list[str]:
     """Candidate exact-width versions of an OCR line: first padded/truncated at the end (fillers are lost
-    or doubled mostly at the end), then, for data lines off by one, a filler inserted or a character
-    dropped at each position (shape and checks then pick the right one)."""
+    or doubled mostly at the end); for data lines, then its longest run of fillers lengthened or shortened to
+    fit (OCR miscounts long runs of '<', e.g. the optional data before a TD3 line's last two digits), and
+    for lines off by one, a filler inserted or a character dropped at each position (shape and checks then
+    pick the right one)."""
     as_read = (line + "<" * width)[:width]
-    if is_name or abs(len(line) - width) != 1:
+    if is_name:
         return [as_read]
-    if len(line) < width:
-        return [as_read] + [line[:i] + "<" + line[i:] for i in range(width - 1)]
-    return [as_read] + [line[:i] + line[i + 1:] for i in range(len(line) - 1)]
+    candidates = [as_read]
+    runs = [m for m in re.finditer(r"<{3,}", line) if m.end() < len(line)]  # a run at the end is padded anyway
+    missing = width - len(line)
+    if runs and missing and abs(missing) <= _MAX_MISCOUNTED_FILLERS:
+        run = max(runs, key=lambda m: m.end() - m.start())
+        if run.end() - run.start() + missing >= 1:
+            candidates.append(line[:run.start()] + "<" * (run.end() - run.start() + missing) + line[run.end():])
+    if len(line) == width - 1:
+        candidates += [line[:i] + "<" + line[i:] for i in range(width - 1)]
+    elif len(line) == width + 1:
+        candidates += [line[:i] + line[i + 1:] for i in range(len(line) - 1)]
+    return candidates
 
 
 def shape_mismatches(line: str, classes: str) -> int:
