@@ -84,9 +84,10 @@ def _working_page(ref: DocumentRef, settings: PrepareSettings,
     the whole page; only a card too small in that decode costs a second, larger one.
     """
     page = VerifiedPage(ref, settings)
-    edge = max(FULL_MAX_LONG_EDGE, settings.max_long_edge) if keep_full else settings.max_long_edge
+    full_edge = max(FULL_MAX_LONG_EDGE, settings.max_long_edge)
+    edge = full_edge if keep_full else settings.max_long_edge
     box = None
-    if max(page.size) > max(FULL_MAX_LONG_EDGE, settings.max_long_edge):
+    if max(page.size) > full_edge:
         box = find_document(page.pixels(max(edge, ANALYSIS_LONG_EDGE)), page.size)
     x0, y0, x1, y1 = box or (0, 0, *page.size)
     if keep_full:
