@@ -11,6 +11,7 @@ import os
 from prefect.blocks.system import Secret
 from pydantic import SecretStr
 
+from pipeline.api_keys import clean_api_key
 from pipeline.config import Settings
 
 KEY_BLOCK_ENV = "IDFLOW_OPENAI_KEY_BLOCK"
@@ -23,5 +24,5 @@ async def with_block_key(settings: Settings) -> Settings:
     if not block or settings.openai.api_key is not None:
         return settings
     secret = await Secret.aload(block)
-    settings.openai.api_key = SecretStr(str(secret.get()).strip())
+    settings.openai.api_key = SecretStr(clean_api_key(str(secret.get())))  # type: ignore[arg-type]
     return settings

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipeline.api_keys import clean_api_key
 from pipeline.vllm.settings import VllmSettings
 
 # Read through importlib.resources so an installed wheel finds it wherever it runs from (`schemas/` at the
@@ -44,7 +45,9 @@ class OpenAISettings(BaseSettings):
     """An OpenAI-compatible endpoint; by default TaoToken, whose base URL has no `/v1`."""
 
     # populate_by_name: without it `OpenAISettings(base_url=...)` is silently ignored (extra="ignore").
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+    # hide_input_in_errors: a validation error's text must never carry the key it refused.
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True,
+                                      hide_input_in_errors=True)
 
     api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("TAOTOKEN_API_KEY", "IDFLOW_OPENAI_API_KEY"))
     base_url: str = Field("https://taotoken.net/api",
@@ -71,11 +74,7 @@ class OpenAISettings(BaseSettings):
     price_completion_per_mtok: float = Field(0.0, ge=0,
                                              validation_alias="IDFLOW_OPENAI_PRICE_COMPLETION_PER_MTOK")
 
-    @field_validator("api_key", mode="before")
-    @classmethod
-    def _strip_key(cls, v: object) -> object:
-        # Keys pasted from a console often carry a newline or spaces; the server then answers 401.
-        return v.strip() if isinstance(v, str) else v
+    _clean_key = field_validator("api_key", mode="before")(clean_api_key)
 
 
 class Settings(BaseSettings):

@@ -106,6 +106,9 @@ class Failure:
     attempts: int = 1
     raw_response: str | None = None
     backend: str | None = None
+    # What the endpoint billed for this document before it failed (run summary cost; not stored per row).
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     @property
     def retryable(self) -> bool:

@@ -24,10 +24,10 @@ import openai
 from dotenv import dotenv_values
 from PIL import Image, ImageDraw
 
-from pipeline.backends.http_errors import (IMAGE_FIX, classify, host_port, is_local, is_model_missing, path_fix,
-                                           public_url, server_message)
-from pipeline.backends.openai_compat import (OpenAICompatBackend, encode_jpeg, jpeg_data_url, make_client,
-                                             user_message)
+from pipeline.backends.http_errors import (IMAGE_FIX, classify, host_port, is_local, is_model_missing,
+                                           not_a_completion, path_fix, public_url, server_message, timed_out)
+from pipeline.backends.openai_compat import (OpenAICompatBackend, answer_text, encode_jpeg, jpeg_data_url,
+                                             make_client, usage_tokens, user_message)
 from pipeline.config import OpenAISettings, PrepareSettings
 from pipeline.datamodel import DocumentRef, Extraction, PreparedImage, Reason
 from pipeline.vllm.settings import VllmSettings
@@ -128,35 +128,51 @@ class _Doctor:
 
     async def text_ping(self) -> tuple[Step, int]:
         started = time.perf_counter()
-        try:
-            response = await self.client.chat.completions.create(
-                model=self.settings.model or "", messages=[{"role": "user", "content": PROBE_TEXT}],
-                temperature=0, max_tokens=16)
-        except openai.OpenAIError as exc:
-            return await self._failed("text ping", exc), 0
-        tokens = response.usage.prompt_tokens if response.usage else 0
+        reply = await self._ask("text ping", [{"role": "user", "content": PROBE_TEXT}])
+        if isinstance(reply, Step):
+            return reply, 0
+        tokens = usage_tokens(reply)[0]
         return Step("text ping", True, f"{self.settings.model} answered in "
                     f"{(time.perf_counter() - started) * 1000:.0f} ms (prompt tokens {tokens})"), tokens
 
     async def image_arrives(self, text_tokens: int) -> Step:
         expected = PROBE_SIZE[0] * PROBE_SIZE[1] // (self.prepare.patch ** 2)
         message: Any = user_message(PROBE_TEXT, jpeg_data_url(encode_jpeg(_probe_pixels())))
-        try:
-            response = await self.client.chat.completions.create(
-                model=self.settings.model or "", temperature=0, max_tokens=16, messages=[message])
-        except openai.OpenAIError as exc:
-            return await self._failed("image arrives", exc, sent_image=True)
-        if response.usage is None:
+        reply = await self._ask("image arrives", [message], sent_image=True)
+        if isinstance(reply, Step):
+            return reply
+        prompt = usage_tokens(reply)[0]
+        if not prompt:
             return Step("image arrives", False, "the endpoint reports no token usage, so it cannot be shown that "
                         "the image arrived", "use an endpoint that returns usage (vLLM and TaoToken do)")
-        grew = response.usage.prompt_tokens - text_tokens
-        detail = (f"prompt tokens {text_tokens} -> {response.usage.prompt_tokens} with a {PROBE_SIZE[0]}x"
+        grew = prompt - text_tokens
+        detail = (f"prompt tokens {text_tokens} -> {prompt} with a {PROBE_SIZE[0]}x"
                   f"{PROBE_SIZE[1]} image (+{grew}; ~{expected} expected at {self.prepare.patch} px per token)")
         if grew < MIN_IMAGE_TOKENS:
             return Step("image arrives", False, f"the image did not reach the model: {detail}",
                         "use a vision-language model id and send the image as an image_url part "
                         "(data:image/jpeg;base64,...), not inside the text")
         return Step("image arrives", True, detail)
+
+    async def _ask(self, name: str, messages: list[dict[str, Any]], *, sent_image: bool = False) -> Any:
+        """The endpoint's completion of a probe, or the failed `Step`: the same whole-request deadline and the
+        same checks of the answer's shape as a run makes."""
+        try:
+            async with asyncio.timeout(self.settings.timeout_s):
+                response = await self.client.chat.completions.create(
+                    model=self.settings.model or "", messages=messages, temperature=0, max_tokens=16)
+        except openai.OpenAIError as exc:
+            return await self._failed(name, exc, sent_image=sent_image)
+        except TimeoutError:
+            return Step(name, False, timed_out(self.endpoint).detail,
+                        self._timeout_fix() if is_local(self.endpoint) else None)
+        except ValueError as exc:  # an HTTP 200 whose body is not JSON, or not UTF-8
+            error = not_a_completion(self.endpoint, type(exc).__name__)
+        else:
+            if answer_text(response) is not None:
+                return response
+            error = not_a_completion(self.endpoint, "message.content is not text")
+        return Step(name, False, error.detail, error.fix or None)
 
     async def sample_document(self, sample: PreparedImage) -> Step:
         backend = OpenAICompatBackend(self.settings, concurrency=1, name="doctor", client=self.client)
@@ -193,11 +209,15 @@ class _Doctor:
             working = await self._working_base_url()
             return f"set {self.names.base_url}={working}" if working else path_fix(self.endpoint)
         if isinstance(exc, openai.APITimeoutError) and is_local(self.endpoint):
-            return (f"something accepts connections on {host_port(self.endpoint)} but does not answer: a stuck "
-                    f"vLLM may hold the port (check `ss -lntp 'sport = :{urlsplit(self.endpoint).port}'`)")
+            return self._timeout_fix()
         if status == 400 and sent_image and not fix:
             return IMAGE_FIX
         return fix or "see the server's message above"
+
+    def _timeout_fix(self) -> str:
+        """A local endpoint that accepts connections and never answers."""
+        return (f"something accepts connections on {host_port(self.endpoint)} but does not answer: a stuck "
+                f"vLLM may hold the port (check `ss -lntp 'sport = :{urlsplit(self.endpoint).port}'`)")
 
     async def _model_fix(self) -> str:
         offered = await self._models(self.client)

@@ -44,6 +44,8 @@ class RunTally:
         elif isinstance(outcome, Failure):
             self.failures += 1
             self.failures_by_reason[str(outcome.reason)] += 1
+            self.prompt_tokens += outcome.prompt_tokens  # an answer that failed validation was billed too
+            self.completion_tokens += outcome.completion_tokens
         else:
             ex = outcome.extraction
             self.results += 1

@@ -7,6 +7,8 @@ a record that fails names the check that failed instead of quietly carrying a wr
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from datetime import date
 from functools import lru_cache
 from typing import Any
@@ -47,13 +49,9 @@ def semantic_problems(fields: dict[str, Any]) -> list[tuple[Reason, str]]:
             date.fromisoformat(expiry)
         except ValueError:
             problems.append((Reason.INVALID_DATE, f"date.expiry: {expiry!r} is not a calendar date"))
-    number = fields.get("id_number")
-    if fields.get("doc_type") == "cn_id" and number is not None and not cn_id.is_valid_number(number):
-        problems.append((Reason.CHECKSUM_FAILED,
-                         "cn_id.checksum: MOD 11-2 check character or embedded birth date is wrong"))
-    if (fields.get("doc_type") == "cn_permanent_residence" and number is not None
-            and not cn_permanent_residence.is_valid_number(number)):
-        problems.append((Reason.CHECKSUM_FAILED, "cn_pr.checksum: check character or embedded birth date is wrong"))
+    check = _number_check(fields)
+    if check is not None and not _NUMBER_CHECKS[check](fields["id_number"]):
+        problems.append((Reason.CHECKSUM_FAILED, f"{check}: {_NUMBER_CHECK_FAILED[check]}"))
     name = fields.get("name")
     if isinstance(name, str) and not looks_like_name(name):  # MRZ debris or a number read as a name: never stored
         problems.append((Reason.SCHEMA_VIOLATION,
@@ -74,11 +72,38 @@ def passed_checks(fields: dict[str, Any]) -> list[str]:
     checks = ["schema"]
     if isinstance(fields.get("expiry_date"), str) and fields["expiry_date"] != "long-term":
         checks.append("date.expiry")
-    if fields.get("doc_type") == "cn_id" and fields.get("id_number"):
-        checks.append("cn_id.checksum")
-    if fields.get("doc_type") == "cn_permanent_residence" and fields.get("id_number"):
-        checks.append("cn_pr.checksum")
+    check = _number_check(fields)
+    if check is not None:
+        checks.append(check)
     return checks
+
+
+# An 18-character number of the resident-ID shape carries its own check character whatever document it is on.
+_RESIDENT_ID_SHAPE = re.compile(r"\d{17}[\dX]")
+_NUMBER_CHECKS: dict[str, Callable[[str], bool]] = {
+    "cn_id.checksum": cn_id.is_valid_number,
+    "cn_pr.checksum": cn_permanent_residence.is_valid_number,
+    "prc_number.checksum": lambda n: cn_id.is_valid_number(n) or cn_permanent_residence.is_valid_number(n),
+}
+_NUMBER_CHECK_FAILED = {
+    "cn_id.checksum": "MOD 11-2 check character or embedded birth date is wrong",
+    "cn_pr.checksum": "check character or embedded birth date is wrong",
+    "prc_number.checksum": "an 18-character PRC-style number whose MOD 11-2 check character or birth date is wrong",
+}
+
+
+def _number_check(fields: dict[str, Any]) -> str | None:
+    """The checksum the document number must pass: the one of its document type, or, on any other type, the
+    PRC one when the number has the resident-ID shape (a model answer must not escape the check by calling a
+    resident ID card a passport or "unknown")."""
+    number, doc_type = fields.get("id_number"), fields.get("doc_type")
+    if not isinstance(number, str) or not number:
+        return None
+    if doc_type == "cn_id":
+        return "cn_id.checksum"
+    if doc_type == "cn_permanent_residence":
+        return "cn_pr.checksum"
+    return "prc_number.checksum" if _RESIDENT_ID_SHAPE.fullmatch(number.upper()) else None
 
 
 # Backend checks whose failure means a stored field is wrong. Others (birth date digit, composite digit,

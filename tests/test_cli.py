@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -26,6 +27,28 @@ def test_openai_without_key_or_model_exits_2_before_work(tmp_path: Path, monkeyp
     assert result.exit_code == 2 and "TAOTOKEN_MODEL" in result.output
     assert "sk-padded" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key", ["sk-broken-3e1d9a\nX-Extra: 1", "sk-broken-3e1d9a\u200b", "sk-broken 3e1d9a"])
+def test_a_key_that_cannot_be_sent_is_a_configuration_error_naming_no_value(tmp_path: Path, monkeypatch,
+                                                                            key: str) -> None:
+    # Sent as it is, the HTTP library would refuse the header and quote it, key included, as a retryable outage.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TAOTOKEN_API_KEY", key)
+    monkeypatch.setenv("TAOTOKEN_MODEL", "test-vlm")
+    for command in (["run", str(tmp_path), "--backend", "openai", "--out", str(tmp_path / "out")],
+                    ["doctor", "--backend", "openai"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2 and "TAOTOKEN_API_KEY" in result.output, result.output
+        assert "whitespace, control or non-ASCII" in " ".join(result.output.split())
+        assert "3e1d9a" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_input_folder_as_output_is_a_configuration_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", str(tmp_path), "--out", str(tmp_path / "." / "")])
+    assert result.exit_code == 2 and "--out is the input folder itself" in " ".join(result.output.split())
+    assert not (tmp_path / "results").exists()
 
 
 def test_unknown_backend_is_a_configuration_error(tmp_path: Path) -> None:

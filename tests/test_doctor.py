@@ -148,6 +148,17 @@ def test_response_format_refusal_still_passes(serve: Callable[..., ChatServer]) 
     assert report.ok and "instruction-only" in report.steps[2].detail
 
 
+@pytest.mark.parametrize("fault", ["html", "content_number", "trickle"])
+def test_an_endpoint_that_does_not_answer_with_a_completion(serve: Callable[..., ChatServer], fault: str) -> None:
+    server = serve(default_fault=fault, trickle_s=0.05)
+    name, detail, fix = failed(check(server.base_url, timeout_s=1.0))
+    assert name == "text ping"
+    if fault == "trickle":  # each byte quickly, the answer never: the request timeout still ends it
+        assert "within the request timeout" in detail
+    else:
+        assert "is not a chat completion" in detail and "TAOTOKEN_BASE_URL" in fix
+
+
 def test_connection_refused_on_a_local_port() -> None:
     port = free_port()
     name, detail, fix = failed(check(f"http://127.0.0.1:{port}/v1"))

@@ -139,6 +139,34 @@ def test_timeout_then_success_and_timeout_exhausted(serve: Callable[..., ChatSer
     assert failed.retryable
 
 
+def test_a_trickling_answer_ends_at_the_request_timeout(serve: Callable[..., ChatServer]) -> None:
+    # Every byte arrives well within the read timeout; the answer as a whole would take ~20 s.
+    server = serve(default_fault="trickle", trickle_s=0.05)
+    [failed] = run(settings_for(server, timeout_s=1.0, max_attempts=1), [make_page(0)])
+    assert isinstance(failed, Failure) and failed.reason == Reason.TIMEOUT and failed.retryable
+
+
+@pytest.mark.parametrize("fault", ["html", "content_number"])
+def test_an_answer_that_is_not_a_completion_is_a_retryable_server_error(
+        serve: Callable[..., ChatServer], fault: str, caplog: pytest.LogCaptureFixture) -> None:
+    server = serve(faults=[fault])
+    [ok] = run(settings_for(server), [make_page(0)])
+    assert isinstance(ok, Extraction) and ok.attempts == 2  # retried, then answered
+    server = serve(default_fault=fault)
+    with caplog.at_level(logging.DEBUG):
+        [failed] = run(settings_for(server, max_attempts=2), [make_page(1)])
+    assert isinstance(failed, Failure) and failed.reason == Reason.SERVER_ERROR and failed.retryable
+    assert failed.stage == "request" and "is not a chat completion" in failed.detail
+    assert not [r for r in caplog.records if r.exc_info], "no traceback for an endpoint's bad answer"
+
+
+def test_tokens_billed_for_a_document_that_failed_are_counted(serve: Callable[..., ChatServer]) -> None:
+    server = serve(faults=["non_json", "non_json"])
+    [failed] = run(settings_for(server), [make_page(0)])
+    assert isinstance(failed, Failure) and failed.reason == Reason.NO_JSON
+    assert failed.prompt_tokens > 60 and failed.completion_tokens > 0  # two answered requests, image included
+
+
 def test_dropped_connection_is_retried(serve: Callable[..., ChatServer]) -> None:
     server = serve(faults=["drop"])
     [result] = run(settings_for(server), [make_page(0)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record
 from pipeline.validate import field_errors, semantic_problems, validate
@@ -46,6 +47,18 @@ def test_bad_checksum_is_named() -> None:
     failure = _validate({**VALID_CN, "id_number": "110105194912310021"})
     assert isinstance(failure, Failure) and failure.reason is Reason.CHECKSUM_FAILED
     assert "cn_id.checksum" in failure.detail
+
+
+@pytest.mark.parametrize("doc_type", ["unknown", "passport", "id_card", "driving_licence"])
+def test_a_resident_id_shaped_number_is_checked_whatever_type_the_answer_claims(doc_type: str) -> None:
+    # A model must not get an unchecked PRC number stored by calling the card something else.
+    failure = _validate({**VALID_CN, "doc_type": doc_type, "id_number": "110105194912310021"})
+    assert isinstance(failure, Failure) and failure.reason is Reason.CHECKSUM_FAILED
+    assert "prc_number.checksum" in failure.detail
+    record = _validate({**VALID_CN, "doc_type": doc_type})
+    assert isinstance(record, Record) and "prc_number.checksum" in record.checks
+    passport = _validate({**VALID_CN, "doc_type": doc_type, "name": "ZHANG WEI", "id_number": "E12345678"})
+    assert isinstance(passport, Record) and not any(c.endswith(".checksum") for c in passport.checks)
 
 
 def test_impossible_date() -> None:

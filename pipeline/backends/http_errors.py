@@ -128,13 +128,13 @@ def classify(exc: openai.OpenAIError, *, base_url: str, model: str, secret: str 
     """Map an SDK exception to a reason code and policy. `base_url` must already be public; `secret` (the
     key) is removed from anything the server said."""
     if isinstance(exc, openai.APITimeoutError):
-        return RequestError(Reason.TIMEOUT, f"no answer from {base_url} within the request timeout",
-                            retryable=True, endpoint_down=True)
+        return timed_out(base_url)
     if isinstance(exc, openai.APIConnectionError):
         where = host_port(base_url)
         if not _connection_refused(exc):
-            return RequestError(Reason.ENDPOINT_UNAVAILABLE,
-                                " ".join(f"connection to {where} failed: {exc.__cause__ or exc}".split()),
+            cause = exc.__cause__ or exc
+            said = " ".join(str(cause).split()) or type(cause).__name__  # a reset mid-body says nothing
+            return RequestError(Reason.ENDPOINT_UNAVAILABLE, redact(f"connection to {where} failed: {said}", secret),
                                 retryable=True, endpoint_down=True)
         fix = (f"nothing listens on {where}: start the local server (vllm serve ... --port "
                f"{where.rsplit(':', 1)[1]}) or point TAOTOKEN_BASE_URL at the API") if is_local(base_url) \
@@ -145,6 +145,21 @@ def classify(exc: openai.OpenAIError, *, base_url: str, model: str, secret: str 
         return RequestError(Reason.BAD_REQUEST, f"{type(exc).__name__}: {exc}")
     message = redact(server_message(exc), secret)
     return _classify_status(exc.status_code, message, exc.response.headers, base_url, model)
+
+
+def timed_out(base_url: str) -> RequestError:
+    """No complete answer within the request timeout (the SDK's per-read timeout, or the whole-request deadline
+    a slowly trickling answer runs into)."""
+    return RequestError(Reason.TIMEOUT, f"no answer from {base_url} within the request timeout",
+                        retryable=True, endpoint_down=True)
+
+
+def not_a_completion(base_url: str, what: str) -> RequestError:
+    """An HTTP 200 whose body is not a chat completion (a proxy's HTML page, broken bytes, wrong types): the
+    endpoint is misbehaving, not the document, so it is a retryable server error that counts towards the breaker."""
+    return RequestError(Reason.SERVER_ERROR, f"the answer from {base_url} is not a chat completion ({what})",
+                        fix="check that TAOTOKEN_BASE_URL points at the API itself, not a web page or proxy",
+                        retryable=True, endpoint_down=True)
 
 
 def _classify_status(status: int, message: str, headers: Mapping[str, str], base_url: str,
@@ -161,7 +176,7 @@ def _classify_status(status: int, message: str, headers: Mapping[str, str], base
                "run `idflow doctor`") if status == 401 else "the key has no access to this model or endpoint"
         return RequestError(Reason.AUTH_ERROR, said, status, fix, fatal=True)
     if is_model_missing(status, message):
-        return RequestError(Reason.BAD_REQUEST, said, status, f"model {model!r} is not offered there: set "
+        return RequestError(Reason.BAD_REQUEST, said, status, f"the endpoint does not offer model {model!r}: set "
                             "TAOTOKEN_MODEL to an id from GET /models (not a local --served-model-name)", fatal=True)
     if status == 404:
         return RequestError(Reason.BAD_REQUEST, said, status, path_fix(base_url), fatal=True)

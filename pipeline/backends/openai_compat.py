@@ -25,7 +25,8 @@ import openai
 from PIL import Image
 
 from pipeline.backends.answer_parsing import AnswerError, parse_answer
-from pipeline.backends.http_errors import RequestError, classify, public_url, redact
+from pipeline.backends.http_errors import (RequestError, classify, not_a_completion, public_url, redact,
+                                           timed_out)
 from pipeline.config import SCHEMA_PATH, OpenAISettings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
 from pipeline.prompts import load_prompt, repair_prompt
@@ -72,6 +73,33 @@ def make_client(settings: OpenAISettings) -> openai.AsyncOpenAI:
         max_retries=0,
         timeout=openai.Timeout(settings.timeout_s, connect=min(10.0, settings.timeout_s)),
     )
+
+
+def usage_tokens(response: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens the endpoint reports; 0 for what it leaves out or sends as something else."""
+    usage = getattr(response, "usage", None)
+
+    def count(name: str) -> int:
+        value = getattr(usage, name, None)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    return count("prompt_tokens"), count("completion_tokens")
+
+
+def answer_text(response: Any) -> str | None:
+    """The first choice's text ("" when there is no choice or no content: the model said nothing); None when the
+    body has the wrong shape (not a completion at all: the SDK hands a non-JSON body back as text; content a
+    number or an object; a choice without a message)."""
+    if not hasattr(response, "choices"):
+        return None
+    choices = response.choices
+    if not choices:
+        return ""
+    message = getattr(choices[0], "message", None)
+    if message is None:
+        return None
+    content = getattr(message, "content", None)
+    return "" if content is None else content if isinstance(content, str) else None
 
 
 class CircuitBreaker:
@@ -179,10 +207,11 @@ class OpenAICompatBackend:
     async def _extract_guarded(self, page: PreparedImage) -> Extraction | Failure:
         try:
             return await self._extract_one(page)
-        except Exception as exc:  # a bug must cost one page, not the batch
-            log.exception("unexpected error extracting page %s", page.ref.sha256[:12])
-            return Failure.for_ref(page.ref, "request", Reason.BAD_REQUEST,
-                                   self._scrub(f"internal error: {type(exc).__name__}: {exc}"), backend=self.name)
+        except Exception as exc:  # a bug must cost one page, not the batch; retried once (`internal_error`)
+            log.error("internal error extracting page %s: %s", page.ref.sha256[:12], type(exc).__name__)
+            log.debug("internal error extracting page %s", page.ref.sha256[:12], exc_info=True)
+            return Failure.for_ref(page.ref, "internal", Reason.INTERNAL_ERROR,
+                                   self._scrub(f"{type(exc).__name__}: {exc}")[:500], backend=self.name)
 
     async def _extract_one(self, page: PreparedImage) -> Extraction | Failure:
         ledger = _Ledger()
@@ -210,7 +239,8 @@ class OpenAICompatBackend:
             stage = "parse" if verdict.reason in (Reason.NO_JSON, Reason.INVALID_JSON) else "validate"
             return Failure.for_ref(page.ref, stage, verdict.reason, "; ".join(verdict.errors)[:1000],
                                    attempts=ledger.attempts, raw_response=self._scrub(answer)[:RAW_LIMIT],
-                                   backend=self.name)
+                                   backend=self.name, prompt_tokens=ledger.prompt_tokens,
+                                   completion_tokens=ledger.completion_tokens)
         return Extraction(ref=page.ref, fields=verdict.fields, backend=self.name, model=self.model,
                           raw_response=self._scrub(answer), endpoint=self.endpoint,
                           prompt_tokens=ledger.prompt_tokens, completion_tokens=ledger.completion_tokens,
@@ -229,8 +259,9 @@ class OpenAICompatBackend:
         return _Verdict(fields, errors, problems[0][0] if problems else Reason.SCHEMA_VIOLATION)
 
     def _request_failure(self, page: PreparedImage, error: RequestError, ledger: _Ledger) -> Failure:
-        return Failure.for_ref(page.ref, "request", error.reason, error.diagnosis,
-                               attempts=ledger.attempts, backend=self.name)
+        return Failure.for_ref(page.ref, "request", error.reason, error.diagnosis, attempts=ledger.attempts,
+                               backend=self.name, prompt_tokens=ledger.prompt_tokens,
+                               completion_tokens=ledger.completion_tokens)
 
     async def _complete(self, messages: list[dict[str, Any]], ledger: _Ledger) -> str | RequestError:
         """The answer text, after at most `max_attempts` failed HTTP attempts (plus, once, the same request
@@ -279,20 +310,25 @@ class OpenAICompatBackend:
         ledger.attempts += 1
         started = time.perf_counter()
         try:
-            response = await self._client.chat.completions.create(
-                model=self.model, messages=messages, temperature=0,  # type: ignore[arg-type]
-                max_tokens=self.settings.max_tokens, **extra)
+            async with asyncio.timeout(self.settings.timeout_s):  # the SDK's timeout is per read, not per answer
+                response = await self._client.chat.completions.create(
+                    model=self.model, messages=messages, temperature=0,  # type: ignore[arg-type]
+                    max_tokens=self.settings.max_tokens, **extra)
         except openai.OpenAIError as exc:
             error = classify(exc, base_url=self.endpoint, model=self.model, secret=self._secret)
             log.debug("attempt failed: %s", error.diagnosis)
             return error
+        except TimeoutError:
+            return timed_out(self.endpoint)
+        except ValueError as exc:  # an HTTP 200 whose body is not JSON, or not UTF-8
+            return not_a_completion(self.endpoint, type(exc).__name__)
         finally:
             ledger.latency_ms += (time.perf_counter() - started) * 1000
-        if response.usage is not None:
-            ledger.prompt_tokens += response.usage.prompt_tokens or 0
-            ledger.completion_tokens += response.usage.completion_tokens or 0
-        content = response.choices[0].message.content if response.choices else None
-        return content or ""
+        prompt, completion = usage_tokens(response)
+        ledger.prompt_tokens += prompt
+        ledger.completion_tokens += completion
+        content = answer_text(response)
+        return not_a_completion(self.endpoint, "message.content is not text") if content is None else content
 
     def _record(self, error: RequestError) -> None:
         """Breaker bookkeeping: any HTTP answer but a 5xx (a 429 included) proves the endpoint is alive."""

@@ -19,6 +19,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipeline.api_keys import clean_api_key
+
 POOL_FILE = "pool.json"
 PID_FILE = "pids.json"
 STATS_FILE = "pool-stats.json"
@@ -27,7 +29,8 @@ STATS_FILE = "pool-stats.json"
 class VllmSettings(BaseSettings):
     """Everything `idflow vllm ...` and the `vllm` backend need; environment prefix `IDFLOW_VLLM_`."""
 
-    model_config = SettingsConfigDict(env_prefix="IDFLOW_VLLM_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="IDFLOW_VLLM_", env_file=".env", extra="ignore",
+                                      hide_input_in_errors=True)  # an error's text never carries the key
 
     endpoints: str = Field("", description="comma-separated base URLs; empty: read the pool file")
     api_key: SecretStr | None = None
@@ -49,10 +52,7 @@ class VllmSettings(BaseSettings):
     probe_after_s: float = Field(10.0, ge=0, description="wait before probing an ejected server's /health")
     fallback: Literal["none", "openai"] = Field("none", description="when no server is healthy")
 
-    @field_validator("api_key", mode="before")
-    @classmethod
-    def _strip_key(cls, v: object) -> object:
-        return v.strip() if isinstance(v, str) else v
+    _clean_key = field_validator("api_key", mode="before")(clean_api_key)
 
     @property
     def serve_argv(self) -> list[str]:

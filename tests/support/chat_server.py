@@ -47,6 +47,9 @@ FAULTS = frozenset({
     "non_json",  # an answer with no JSON at all
     "invalid",  # JSON that violates the schema
     "refuse_image",  # 400: the endpoint does not accept the image
+    "html",  # 200 with a web page instead of a completion (a proxy or a login portal in the way)
+    "content_number",  # 200, a completion whose message.content is a number
+    "trickle",  # 200, the completion sent one byte every `trickle_s`: each read is quick, the answer is not
 })
 
 VALID_ANSWER: dict[str, Any] = {
@@ -85,6 +88,7 @@ class ServerConfig:
     default_fault: str = "ok"  # when no sequence applies
     retry_after_s: float = 1.0
     slow_s: float = 5.0
+    trickle_s: float = 0.05
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)  # image sha256 -> fields to answer
     default_answer: dict[str, Any] = field(default_factory=lambda: dict(VALID_ANSWER))
     reject_response_format: bool = False  # 400 whenever response_format is sent
@@ -302,8 +306,14 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
-            content = _content(fault, cfg.answers.get(rec.image_sha256 or "", cfg.default_answer)) if images \
-                else "OK"
+            if fault == "html":
+                rec.status = 200
+                self._send_bytes(200, b"<html><body>Please sign in</body></html>", "text/html")
+                return
+            content: Any = _content(fault, cfg.answers.get(rec.image_sha256 or "", cfg.default_answer)) \
+                if images else "OK"
+            if fault == "content_number":
+                content = 42
             rec.status = 200
             self._send(200, {
                 "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
@@ -311,20 +321,30 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 "choices": [{"index": 0, "finish_reason": "stop",
                              "message": {"role": "assistant", "content": content}}],
                 "usage": {"prompt_tokens": _tokens(rec.text) + image_tokens + 8,
-                          "completion_tokens": _tokens(content),
-                          "total_tokens": _tokens(rec.text) + image_tokens + 8 + _tokens(content)},
-            })
+                          "completion_tokens": _tokens(str(content)),
+                          "total_tokens": _tokens(rec.text) + image_tokens + 8 + _tokens(str(content))},
+            }, trickle_s=cfg.trickle_s if fault == "trickle" else 0.0)
 
-        def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(body, ensure_ascii=False).encode()
+        def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None, *,
+                  trickle_s: float = 0.0) -> None:
+            self._send_bytes(status, json.dumps(body, ensure_ascii=False).encode(), "application/json", headers,
+                             trickle_s=trickle_s)
+
+        def _send_bytes(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None,
+                        *, trickle_s: float = 0.0) -> None:
             try:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(data)
+                if not trickle_s:
+                    self.wfile.write(data)
+                for i in range(len(data) if trickle_s else 0):
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(trickle_s)
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout): nothing to do
                 self.close_connection = True
 
