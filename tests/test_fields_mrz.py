@@ -334,6 +334,22 @@ def test_a_printed_number_that_passes_the_zones_check_digit_is_the_number() -> N
     assert mrz.find(["AB1234567", *td1], TODAY).number != "AB1234567"
 
 
+def test_a_printed_number_is_taken_when_the_zone_lost_its_check_digit_and_the_composite_passes() -> None:
+    """Motion blur (hard seed 333): the zone reads BT0040503 with its check digit as 'M'; the page prints
+    BT0848503, whose recomputed check digit (8) makes the composite digit pass: print and composite agree."""
+    td1 = ["I<IRLBT0040503M<<<<<<<<<<<<<<<", "8203070M3406256IRL<<<<<<<<<<<0", "NOVAK<<CLARA<DAVID<<<<<<<<<<<<"]
+    assert mrz.find(td1, TODAY).number != "BT0848503"
+    r = mrz.find(["BT0848503", *td1], TODAY)
+    assert r.number == "BT0848503" and r.valid and "mrz.composite" in r.checks_passed
+    # the check digit misread as another digit: the same
+    assert mrz.find(["BT0848503", td1[0].replace("M<", "3<"), *td1[1:]], TODAY).number == "BT0848503"
+    # a printed number the composite does not vouch for is not taken
+    assert mrz.find(["BT0848508", *td1], TODAY).number != "BT0848508"
+    assert not mrz.find(["BT0848508", *td1], TODAY).valid
+    # nor without a composite digit that reads as one
+    assert mrz.find(["BT0848503", td1[0], td1[1][:-1] + "<", td1[2]], TODAY).number != "BT0848503"
+
+
 def test_a_short_name_line_that_lost_its_closing_fillers_is_still_the_name_line() -> None:
     """A dark photo: the name line's filler run faded and OCR kept only "P<UTOLI<<ANNA<<" (15 of 44)."""
     data = "L898902C36UTO7408122F1204159ZE184226B<<<<<10"

@@ -199,7 +199,8 @@ def _resolve_number(raw: _Raw, confirmed: Collection[str] | None) -> tuple[_Raw,
     """The document-number reading to keep and whether its check digit passes.
 
     With `confirmed` (repair mode: the other text on the page), a number printed on the page that passes
-    the check digit is taken first (`_printed_alternatives`); then OCR confusion alternatives are tried.
+    the check digit is taken first (`_printed_alternatives`), then one that passes the composite once its check
+    digit is recomputed (`_rechecked_printed`: OCR lost the digit); then OCR confusion alternatives are tried.
     An alternative is kept only when it is the single one that passes the check digit; if several pass,
     the single one also printed elsewhere on the page, else the single one needing the fewest
     substitutions. (The composite check cannot help: the number sits at the same weights in the
@@ -210,6 +211,9 @@ def _resolve_number(raw: _Raw, confirmed: Collection[str] | None) -> tuple[_Raw,
     printed = [r for r in _printed_alternatives(raw, confirmed) if _number_passes(r)]
     if len(printed) == 1:
         return printed[0], True
+    rechecked = _rechecked_printed(raw, confirmed)
+    if len(rechecked) == 1:
+        return rechecked[0], True
     options = [c + _CONFUSABLE.get(c, "") for c in raw.number]
     if math.prod(len(o) for o in options) > _MAX_ALTERNATIVES:
         return raw, False
@@ -232,6 +236,37 @@ def _printed_alternatives(raw: _Raw, page_tokens: Collection[str]) -> list[_Raw]
     return [_replace_number(raw, t.ljust(len(raw.number), "<")) for t in sorted(page_tokens)
             if len(t) == len(own) and t != own and any(c.isdigit() for c in t)
             and sum(a != b for a, b in zip(t, own)) <= 3]
+
+
+def _rechecked_printed(raw: _Raw, page_tokens: Collection[str]) -> list[_Raw]:
+    """When OCR lost the number's own check digit (read as a letter, or blurred into another digit): each number
+    printed on the page (the zone's own reading too, if printed) with that digit recomputed, kept when the
+    composite digit, which covers the number and its check digit, then passes, and passes for no other mix of
+    the printed and the zone's characters where the two differ. The composite alone is weak here: a character
+    changed by 5 changes the recomputed check digit by a multiple of 5 too and the two cancel out (a printed 3
+    read as 8 would pass); the zone's reading of that character then passes as well, and nothing is taken."""
+    if raw.composite_data is None or raw.composite_check is None or raw.number_check == "<":
+        return []
+    own = [raw] if raw.number.rstrip("<") in page_tokens else []
+    kept = []
+    for alternative in own + _printed_alternatives(raw, page_tokens):
+        differ = [i for i, (a, b) in enumerate(zip(alternative.number, raw.number)) if a != b]
+        mixes = ["".join(c) for c in itertools.product(*(
+            {alternative.number[i], raw.number[i]} if i in differ else alternative.number[i]
+            for i in range(len(raw.number))))]
+        passing = [r for r in (_with_check_digit(raw, m) for m in mixes) if _composite_ok(r)]
+        if [r.number for r in passing] == [alternative.number]:
+            kept.append(passing[0])
+    return kept
+
+
+def _with_check_digit(raw: _Raw, number: str) -> _Raw:
+    """`raw` with `number` and the check digit computed for it, in the composite data too."""
+    digit = str(check_digit(number))
+    data = _replace_number(raw, number).composite_data
+    assert data is not None
+    return dataclasses.replace(raw, number=number, number_check=digit,
+                               composite_data=data[:len(number)] + digit + data[len(number) + 1:])
 
 
 def _replace_number(raw: _Raw, number: str) -> _Raw:
