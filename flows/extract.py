@@ -35,7 +35,7 @@ from pipeline.backends.factory import make_backend
 from pipeline.config import Settings
 from pipeline.engine import Engine, Item, Outcome
 from pipeline.ingest import Discovery, walk
-from pipeline.masking import install_masking
+from pipeline.masking import install_masking, redact
 from pipeline.output_lock import hold_output
 from pipeline.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
 from pipeline.store import FAILURES, RESULTS, RunWriter, done_keys, read_table, write_run_summary
@@ -54,11 +54,13 @@ ARTIFACT_ROWS = 200  # a UI table, not an export: the Parquet link artifact poin
 
 
 def _run_name() -> str:
-    """`extract <folder> (<n> files)`: the folder's own name, not its full path (paths can hold names)."""
+    """`extract <folder> (<n> files)`: the folder's own name, not its full path (paths can hold names), its
+    document numbers masked (the run name prefixes every log line)."""
     params = flow_run.parameters
     root = Path(params["input_dir"])
-    files = len(read_shard(Path(params["shard"]))) if params.get("shard") else sum(1 for _ in walk(root.resolve()))
-    return f"extract {root.name} ({files} files)"
+    files = len(read_shard(Path(params["shard"]))) if params.get("shard") else \
+        sum(1 for _ in walk(root.resolve(), Path(params["out_dir"]).resolve()))
+    return redact(f"extract {root.name} ({files} files)")
 
 
 @flow(name="extract-folder", flow_run_name=_run_name, log_prints=False)
@@ -86,7 +88,7 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     writer = RunWriter(out, run_id, fingerprint, settings.flush_every)
     tally = RunTally()
     files = read_shard(Path(shard)) if shard else None
-    expected = len(files) if files is not None else sum(1 for _ in walk(root.resolve()))
+    expected = len(files) if files is not None else sum(1 for _ in walk(root, out.resolve()))
     progress_bar = Progress(await acreate_progress_artifact(0.0, description="documents finished"), expected)
     lock = nullcontext() if shard else hold_output(out, run_id=run_id, wait=wait_for_lock, on_wait=logger.warning)
 
@@ -94,7 +96,7 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
         done = frozenset() if force else done_keys(out, fingerprint)
 
         def discovered() -> Iterator[Item]:
-            for item in Discovery(root, done, only=files, settings=settings.prepare).items():
+            for item in Discovery(root, done, only=files, settings=settings.prepare, skip_dir=out.resolve()).items():
                 tally.seen += 1
                 yield item
 

@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 import tomllib
+import urllib.error
+import urllib.parse
 import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
@@ -84,6 +86,23 @@ def healthy(api_url: str) -> bool:
         return False
 
 
+def unreachable(api_url: str) -> str | None:
+    """Why the Prefect API at `api_url` gives no HTTP answer at all; None when it answers anything (an HTTP error
+    too: Prefect Cloud without a key says 401, and Prefect's own client explains that better)."""
+    try:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=10):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (OSError, ValueError) as exc:
+        return " ".join(str(getattr(exc, "reason", exc)).split()) or type(exc).__name__
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
+
+
 class BackgroundServer:
     """`with BackgroundServer() as server:` starts a server unless an API is configured; `server.wait()` (after
     importing the flows) blocks until it is healthy and points this process and its children at it; leaving
@@ -132,6 +151,10 @@ class BackgroundServer:
         settings = get_current_settings()
         if self.proc is None or settings.api.url:  # configured (also in .env or prefect.toml): use that one
             self.stop()
+            if settings.api.url and (why := unreachable(settings.api.url)):
+                raise ServerStartError(f"the Prefect API at {_without_userinfo(settings.api.url)} does not answer "
+                                       f"({why}): start it (`prefect server start`), or unset PREFECT_API_URL "
+                                       "to let idflow start a temporary one")
             return settings.api.url
         default = ServerEphemeralSettings.model_fields["startup_timeout_seconds"].default
         chosen = settings.server.ephemeral.startup_timeout_seconds

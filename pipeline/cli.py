@@ -76,6 +76,9 @@ def run(
     """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for."""
     if not input_dir.is_dir():
         raise config_error(f"input folder {input_dir} does not exist or is not a folder")
+    if out.resolve() == input_dir.resolve():
+        raise config_error("--out is the input folder itself: choose another folder (one inside the input "
+                           "folder is fine; it is not read as input)")
     if fallback:
         os.environ["IDFLOW_VLLM_FALLBACK"] = fallback  # the flow reads pool settings from the environment
     settings = load_settings(backend=backend, concurrency=concurrency, batch_size=batch_size)
@@ -85,8 +88,11 @@ def run(
     if dask and not all(map(importlib.util.find_spec, ("prefect_dask", "distributed"))):
         raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
     from pipeline.output_lock import OutputBusy
+    from pipeline.store import OutputUnreadable
 
     with prefect_api() as ready:
+        from prefect.exceptions import TerminationSignal
+
         from flows.extract import extract_folder
 
         gc.freeze()  # the imports' objects live as long as the process: keep the run's collections off them
@@ -97,12 +103,36 @@ def run(
                                                      concurrency=settings.concurrency,
                                                      batch_size=settings.batch_size, force=force, dask=dask,
                                                      wait_for_lock=wait))
-        except OutputBusy as exc:  # one run writes OUT at a time
+        except (OutputBusy, OutputUnreadable) as exc:  # one run writes OUT at a time; OUT damaged from outside
             raise config_error(str(exc)) from None
+        except BaseException as exc:  # SIGTERM: the flow flushed its rows and was marked Crashed
+            signal_number = _termination_signal(exc, TerminationSignal)
+            if signal_number is None:
+                raise
+            console.print(f"stopped by signal {signal_number}: documents finished so far are stored; run the same "
+                          "command again to do the rest")
+            raise typer.Exit(128 + signal_number) from None
     print_summary(summary)
     if summary["results"] or summary["failures"]:  # reading OUT's tables costs ~1 s of imports
         show_rows(out, run_id=summary["run_id"])
     raise typer.Exit(0 if summary["accounted"] else 1)
+
+
+def _termination_signal(exc: BaseException, kind: type[BaseException]) -> int | None:
+    """The signal number when `exc` is Prefect's `TerminationSignal`, or wraps one (it is raised in whichever
+    coroutine runs when the signal lands, and may reach here as the cause of another error or in a group)."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, kind):
+            return int(getattr(current, "signal"))
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None
 
 
 @app.command()

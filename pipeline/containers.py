@@ -23,6 +23,7 @@ import errno
 import io
 import math
 import os
+import re
 import stat
 import threading
 import warnings
@@ -90,7 +91,7 @@ def read_document(path: Path, max_bytes: int, *, follow_symlinks: bool = True) -
     except OSError as e:
         raise os_failure(e) from e
     if len(data) > max_bytes:  # grew after the size check
-        raise ContainerError(Reason.TOO_LARGE, f"file is over max_input_bytes {max_bytes}")
+        raise ContainerError(Reason.TOO_LARGE, f"file is over max_input_bytes {max_bytes:,}")
     return data
 
 
@@ -109,7 +110,7 @@ def _check_regular(st: os.stat_result, max_bytes: int) -> int:
     if not stat.S_ISREG(st.st_mode):
         raise ContainerError(Reason.NOT_A_REGULAR_FILE, f"a {file_type(st.st_mode)}, not a regular file; not read")
     if st.st_size > max_bytes:
-        raise ContainerError(Reason.TOO_LARGE, f"{st.st_size} bytes > max_input_bytes {max_bytes}")
+        raise ContainerError(Reason.TOO_LARGE, f"{st.st_size:,} bytes > max_input_bytes {max_bytes:,}")
     return st.st_size
 
 
@@ -228,6 +229,12 @@ def _may_hold_exif(data: bytes, kind: Kind) -> bool:
     return kind is not Kind.PNG or any(marker in data for marker in _PNG_EXIF_MARKERS)
 
 
+def _grouped(message: str) -> str:
+    """Counts in a message with thousands separators: `3,600,000,000 pixels` stays readable where the masking of
+    details would take a bare run of 9+ digits for a document number."""
+    return re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", message)
+
+
 def _open_image(data: bytes, kind: Kind, settings: PrepareSettings) -> Image.Image:
     """Parse the header only (Pillow is lazy) restricted to the sniffed format, and check the declared size."""
     try:
@@ -236,7 +243,7 @@ def _open_image(data: bytes, kind: Kind, settings: PrepareSettings) -> Image.Ima
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(data), formats=[kind.value])
     except Image.DecompressionBombError as e:
-        raise ContainerError(Reason.TOO_MANY_PIXELS, str(e)) from e
+        raise ContainerError(Reason.TOO_MANY_PIXELS, _grouped(str(e))) from e
     except Exception as e:  # noqa: BLE001 - any parser failure on a header means the same thing
         raise ContainerError(Reason.UNREADABLE, f"cannot parse {kind} header: {e}") from e
     try:
@@ -268,7 +275,7 @@ def _check_pixels(size: tuple[int, int], settings: PrepareSettings) -> None:
     w, h = size
     if w * h > settings.max_input_pixels:
         raise ContainerError(Reason.TOO_MANY_PIXELS,
-                             f"declared {w}x{h} = {w * h} px > max_input_pixels {settings.max_input_pixels}")
+                             f"declared {w}x{h} = {w * h:,} px > max_input_pixels {settings.max_input_pixels:,}")
 
 
 def _decode(im: Image.Image) -> Image.Image:
@@ -278,7 +285,7 @@ def _decode(im: Image.Image) -> Image.Image:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im.load()
     except Image.DecompressionBombError as e:
-        raise ContainerError(Reason.TOO_MANY_PIXELS, str(e)) from e
+        raise ContainerError(Reason.TOO_MANY_PIXELS, _grouped(str(e))) from e
     except Exception as e:  # noqa: BLE001 - decoders raise OSError, SyntaxError, ValueError, zlib.error...
         raise ContainerError(Reason.DECODE_ERROR, f"cannot decode {im.format} data: {e}") from e
     return _upright(im)

@@ -54,7 +54,7 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def entries(root: Path) -> Iterator[Path | OSError]:
+def entries(root: Path, skip: Path | None = None) -> Iterator[Path | OSError]:
     """Every entry below root that is not a directory walked into, in a stable order (a directory's entries
     before its subdirectories'), plus one `OSError` per directory that cannot be listed.
 
@@ -62,6 +62,8 @@ def entries(root: Path) -> Iterator[Path | OSError]:
     directories are yielded, not entered. FIFOs, sockets and devices are yielded like files: the caller
     decides, from their type, never by opening them. Not `os.walk`: it stats each subdirectory by path to
     tell a symlink from a directory, which fails for paths too long to name; `DirEntry` types need no path.
+    The directory `skip` (the run's output folder, when it lies inside the input folder) is not an input at all:
+    neither walked nor yielded, so a run never reads what an earlier one wrote.
     """
     pending = [root]
     while pending:
@@ -74,6 +76,8 @@ def entries(root: Path) -> Iterator[Path | OSError]:
             continue
         subdirectories = []
         for entry in found:
+            if skip is not None and Path(entry.path) == skip:
+                continue
             if _walk_into(entry):
                 subdirectories.append(Path(entry.path))
             else:
@@ -88,9 +92,9 @@ def _walk_into(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-def walk(root: Path) -> Iterator[Path]:
+def walk(root: Path, skip: Path | None = None) -> Iterator[Path]:
     """The entries below root (see `entries`), without the directories that could not be listed."""
-    for entry in entries(root):
+    for entry in entries(root, skip):
         if isinstance(entry, Path):
             yield entry
 
@@ -105,10 +109,11 @@ class Discovery:
     only: Sequence[str] | None = None
     seen_hashes: set[str] = field(default_factory=set)
     settings: PrepareSettings = field(default_factory=PrepareSettings)
+    skip_dir: Path | None = None  # the run's output folder (absolute), never read as input
 
     def items(self) -> Iterator[Item]:
         root = self.root.resolve()
-        found = entries(root) if self.only is None else (root / rel for rel in self.only)
+        found = entries(root, self.skip_dir) if self.only is None else (root / rel for rel in self.only)
         for entry in found:
             if isinstance(entry, OSError):
                 yield _unlistable_directory(root, entry)

@@ -14,8 +14,9 @@ import re
 
 _NOT_ALNUM_BEFORE = r"(?<![0-9A-Za-z])"
 _NOT_ALNUM_AFTER = r"(?![0-9A-Za-z])"
-# PRC resident ID: 18 characters (17 digits + check digit or X) or the old 15-digit form.
-_CN_ID = re.compile(_NOT_ALNUM_BEFORE + r"(?:\d{17}[\dXx]|\d{15})" + _NOT_ALNUM_AFTER)
+# PRC resident ID: 18 characters (17 digits + check digit or X) or the old 15-digit form; also glued to letters
+# (`zhang110101199003071233.jpg`: a file named after its holder), not inside a longer run of digits.
+_CN_ID = re.compile(r"(?<!\d)(?:\d{17}[\dXx]|\d{15})(?!\d)")
 # An MRZ line, whole or cut short by OCR: 20+ characters of A-Z, 0-9 and the filler `<`, with a filler in it.
 _MRZ_LINE = re.compile(r"(?<![0-9A-Z<])(?=[0-9A-Z<]*<)[0-9A-Z<]{20,}(?![0-9A-Z<])")
 # MRZ-style document numbers: upper-case letters and digits, 6+ long, with a digit and a letter (E12345678,

@@ -97,6 +97,10 @@ RAW_RESPONSE_LIMIT = 2000
 _CONVERSION_ERRORS = (pa.ArrowException, ValueError, TypeError, OverflowError)
 
 
+class OutputUnreadable(RuntimeError):
+    """A part of OUT's results or failures cannot be read, so what is already done cannot be known."""
+
+
 class StoreWriteError(OSError):
     """A part could not be written (disk full, permissions). Parts written before stay; the rows of the failed
     part stay buffered in the writer, and the documents they hold are redone by the next run."""
@@ -329,9 +333,14 @@ def read_dataset(out_dir: Path, table_name: str, schema: pa.Schema, columns: lis
         return None
     import pyarrow.dataset as ds  # ~1 s (it loads pandas): paid only when there is something to read
 
-    dataset = ds.dataset(folder, format="parquet", partitioning="hive", schema=schema.append(
-        pa.field("run_date", pa.string())))
-    return dataset.to_table(columns=columns, filter=None if run_id is None else ds.field("run_id") == run_id)
+    try:
+        dataset = ds.dataset(folder, format="parquet", partitioning="hive", schema=schema.append(
+            pa.field("run_date", pa.string())))
+        return dataset.to_table(columns=columns, filter=None if run_id is None else ds.field("run_id") == run_id)
+    except (pa.ArrowException, OSError) as exc:  # parts are written atomically: only damage from outside does this
+        raise OutputUnreadable(f"{folder} holds a Parquet part that cannot be read ({' '.join(str(exc).split())}"
+                               f"): move that file out of {out_dir} (its documents are then done again) or "
+                               "restore it, and run again") from None
 
 
 def read_table(out_dir: Path, table_name: str, columns: list[str] | None = None,

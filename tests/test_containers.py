@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from pipeline.masking import redact
 from pipeline.config import PrepareSettings
 from pipeline.containers import ContainerError, Kind, open_page, page_count, page_size, read_document, sniff
 from pipeline.datamodel import Reason
@@ -207,6 +208,8 @@ def test_pillow_bomb_error_maps_even_when_our_cap_is_higher(tmp_path: Path) -> N
     with pytest.raises(ContainerError) as e:
         open_page(path, 0, PrepareSettings(max_input_pixels=10**12))
     assert _reason(e) is Reason.TOO_MANY_PIXELS
+    # the counts stay readable once details are masked (a bare run of 9+ digits looks like a document number)
+    assert "10,000,000,000 pixels" in redact(e.value.detail)
 
 
 def test_pixel_cap_follows_settings(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 
 from pipeline.datamodel import DocumentRef, Failure, Reason, Skipped, SkipReason
-from pipeline.ingest import Discovery, sha256_file, skip_reason
+from pipeline.ingest import Discovery, sha256_file, skip_reason, walk
 
 
 def _png(path: Path, seed: int = 0) -> Path:
@@ -66,3 +66,15 @@ def test_done_keys_skip_pages_already_processed(tmp_path: Path) -> None:
     digest = sha256_file(a)
     items = list(Discovery(tmp_path, done_keys={f"{digest}:0"}).items())
     assert items == [Skipped("a.png", SkipReason.ALREADY_DONE, sha256=digest, page=0)]
+
+
+def test_the_output_folder_inside_the_input_folder_is_not_input(tmp_path: Path) -> None:
+    # `idflow run in --out in/out`: the next run must not read the Parquet, summaries and pages it wrote
+    root = tmp_path / "in"
+    (root / "out" / "results").mkdir(parents=True)
+    (root / "a.txt").write_bytes(b"text")
+    (root / "out" / "results" / "part-1.parquet").write_bytes(b"PAR1")
+    out = (root / "out").resolve()
+    assert [i.rel_path for i in Discovery(root, skip_dir=out).items()] == ["a.txt"]
+    assert [p.name for p in walk(root.resolve(), out)] == ["a.txt"]
+    assert len(list(Discovery(root).items())) == 2  # without it, the output is one more input

@@ -21,6 +21,8 @@ def test_mask_id() -> None:
 @pytest.mark.parametrize(("text", "secret"), [
     ("id 11010519491231002X ok", "11010519491231002X"),  # PRC ID, 18
     ("old card 110105491231002", "110105491231002"),  # PRC ID, 15
+    ("zhang11010519491231002X.jpg", "0519491231"),  # glued to a holder's name in a file name
+    ("extract in_11010519491231002X (2 files)", "0519491231"),  # a folder name, in a flow run's name
     ("P<CHNZHANG<<SAN<<<<<<<<<<<<<<<<<<<<<<<<<<<<<", "ZHANG"),  # MRZ line 1 (name)
     ("E123456786CHN9001017M3101012<<<<<<<<<<<<<<04", "12345678"),  # MRZ line 2 (number, birth date)
     ("passport E12345678 expired", "12345678"),  # MRZ-style document number

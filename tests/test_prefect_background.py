@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -78,6 +79,10 @@ def test_killed_run_leaves_no_prefect_server(tmp_path: Path, sig: signal.Signals
             os.kill(proc.pid, sig)
             code = proc.wait(timeout=120)  # SIGTERM: Prefect marks the flow run Crashed first, then it stops
             assert code != 0, "the run finished all its pages instead of stopping"
+            if sig == signal.SIGTERM:  # one line and the shell's code for it, not a traceback
+                output = (tmp_path / "run.log").read_text(errors="replace")
+                assert code == 128 + signal.SIGTERM and "stopped by signal 15" in output, output[-3000:]
+                assert "Traceback" not in output, output[-3000:]
             wait_for(lambda: prefect_servers(tmp_path / "prefect-home") == [], 30, "the server to go", every=0.2)
         finally:
             if proc.poll() is None:
@@ -98,6 +103,22 @@ def test_server_not_ready_in_time_is_one_clear_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "not ready after 1 s" in lines[0], output
     assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in lines[0] and "PREFECT_API_URL" in lines[0]
     assert prefect_servers(tmp_path / "prefect-home") == []
+
+
+def test_a_configured_api_that_does_not_answer_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = run_env(tmp_path, PREFECT_API_URL=f"http://127.0.0.1:{port}/api")
+    proc = idflow("run", str(tmp_path / "in"), "--out", str(tmp_path / "out"), env=env, cwd=tmp_path,
+                  log=tmp_path / "run.log")
+    assert proc.wait(timeout=600) == 3
+    output = (tmp_path / "run.log").read_text(errors="replace")
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"127.0.0.1:{port}/api does not answer" in lines[0], output
+    assert "unset PREFECT_API_URL" in lines[0]
+    assert not (tmp_path / "out" / "results").exists()
 
 
 def test_api_url_from_the_active_profile_means_no_temporary_server(tmp_path: Path) -> None:

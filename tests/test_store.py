@@ -18,6 +18,7 @@ from pipeline.store import (
     FAILURES,
     RESULT_SCHEMA,
     RESULTS,
+    OutputUnreadable,
     RunWriter,
     StoreWriteError,
     done_keys,
@@ -69,6 +70,17 @@ def test_done_keys_depend_on_fingerprint(tmp_path: Path) -> None:
     assert done_keys(tmp_path, "fp1") == {f"{7:064d}:0"}
     assert done_keys(tmp_path, "other") == set()
     assert done_keys(tmp_path / "nothing-yet", "fp1") == set()
+
+
+def test_a_damaged_part_is_named_not_a_traceback(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path, "run1", "fp1", flush_every=1)
+    writer.add(_record(0))
+    writer.flush()
+    [part] = writer.written
+    part.write_bytes(part.read_bytes()[:40])  # damaged from outside (a copy cut short, a bad disk)
+    with pytest.raises(OutputUnreadable, match="cannot be read") as caught:
+        done_keys(tmp_path, "fp1")
+    assert str(tmp_path / RESULTS) in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_read_one_run(tmp_path: Path) -> None:

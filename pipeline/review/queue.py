@@ -26,7 +26,7 @@ from pipeline.datamodel import FIELD_NAMES
 from pipeline.failure_queue import input_dirs
 from pipeline.review.corrections import latest_corrections
 from pipeline.review.thumbnails import Thumbnail, locate, thumbnail
-from pipeline.store import FAILURES, RESULTS, RUNS, read_table, run_input_dir
+from pipeline.store import FAILURES, RESULTS, RUNS, read_table, run_input_dir, source_file_name
 
 MAX_PICTURES = 200
 
@@ -95,6 +95,7 @@ class ReviewItem:
     correction: dict[str, Any] | None = None  # the latest person's decision, if any
     resolved_by_run: str | None = None  # a later run that produced a result for a failure
     thumbnail: Thumbnail = field(default_factory=lambda: Thumbnail(None, "no picture made"))
+    file_name: str = ""  # the relative path as the file system has it (`source_path` is its readable text)
 
     @property
     def key(self) -> str | None:
@@ -190,7 +191,8 @@ def _result_item(row: dict[str, Any], confidence: float) -> ReviewItem:
     return ReviewItem(kind="low_confidence", source_path=row["source_path"], sha256=row["sha256"], page=row["page"],
                       reason="low_confidence", stage=None, detail=None, retryable=False, confidence=confidence,
                       fields=fields, doc_type=row["doc_type"], orientation=row["orientation"],
-                      checks=list(row["checks"] or []), check_failures=list(row["check_failures"] or []))
+                      checks=list(row["checks"] or []), check_failures=list(row["check_failures"] or []),
+                      file_name=source_file_name(row))
 
 
 def _failure_item(row: dict[str, Any]) -> ReviewItem:
@@ -208,7 +210,7 @@ def _failure_item(row: dict[str, Any]) -> ReviewItem:
                       reason=row["reason"], stage=row["stage"], detail=row["detail"], retryable=bool(row["retryable"]),
                       confidence=None, fields=fields, doc_type=doc_type,
                       orientation=answer.get("orientation") if isinstance(answer.get("orientation"), str) else None,
-                      checks=[], check_failures=[])
+                      checks=[], check_failures=[], file_name=source_file_name(row))
 
 
 def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | None = None,
@@ -253,7 +255,7 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
 
 
 def _thumbnail(item: ReviewItem, folders: list[Path], settings: PrepareSettings) -> Thumbnail:
-    path, why_not = locate(item.source_path, item.sha256, folders)
+    path, why_not = locate(item.file_name or item.source_path, item.sha256, folders)
     if path is None or item.sha256 is None:
         return Thumbnail(None, why_not or "the file could not be hashed: no picture")
-    return thumbnail(path, item.source_path, item.sha256, item.page or 0, settings)
+    return thumbnail(path, item.file_name or item.source_path, item.sha256, item.page or 0, settings)

@@ -34,14 +34,20 @@ class Thumbnail:
 def locate(source_path: str, sha256: str | None, folders: list[Path]) -> tuple[Path | None, str]:
     """The source file under the first folder that holds it with the same bytes, else None and why not."""
     changed = False
+    unopenable = ""
     for folder in dict.fromkeys(folders):
         candidate = Path(folder) / source_path
-        if candidate.is_file():
-            if sha256 is None or sha256_file(candidate) == sha256:
-                return candidate, ""
-            changed = True
+        try:  # pathlib swallows "not found", not a path too long to open or a folder we may not read
+            if candidate.is_file():
+                if sha256 is None or sha256_file(candidate) == sha256:
+                    return candidate, ""
+                changed = True
+        except OSError as exc:
+            unopenable = exc.strerror or type(exc).__name__
     if changed:
         return None, "the source file has changed since the run (its sha256 differs): no picture"
+    if unopenable:
+        return None, f"the source file cannot be opened ({unopenable}): no picture"
     return None, "the source file is gone (not found under the run's input folder): no picture"
 
 

@@ -1,0 +1,29 @@
+"""Finding a reviewed document's source again: odd names must give a picture or a reason, never an exception."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from pipeline.review.queue import _failure_item
+from pipeline.review.thumbnails import locate
+from pipeline.store import path_bytes, readable_path
+
+
+def test_a_path_too_long_to_open_is_a_reason_not_a_crash(tmp_path: Path) -> None:
+    # ENAMETOOLONG is not one of the errors pathlib's is_file() swallows: the review step used to end the run
+    path, why_not = locate("d" * 300 + "/x.jpg", "0" * 64, [tmp_path])
+    assert path is None and "cannot be opened" in why_not
+
+
+def test_a_name_that_is_not_utf8_is_found_by_its_bytes(tmp_path: Path) -> None:
+    name = os.fsdecode(b"scan-\xff\xfe.jpg")
+    (tmp_path / name).write_bytes(b"pixels")
+    digest = hashlib.sha256(b"pixels").hexdigest()
+    row = {"source_path": readable_path(name), "source_path_bytes": path_bytes(name), "sha256": digest, "page": 0,
+           "reason": "decode_error", "stage": "preprocess", "detail": "x", "retryable": False, "raw_response": None}
+    item = _failure_item(row)
+    assert item.source_path == "scan-\\xff\\xfe.jpg"  # readable text, for people
+    assert locate(item.source_path, digest, [tmp_path])[0] is None
+    assert locate(item.file_name, digest, [tmp_path])[0] == tmp_path / name
