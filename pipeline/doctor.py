@@ -24,8 +24,9 @@ import openai
 from dotenv import dotenv_values
 from PIL import Image, ImageDraw
 
-from pipeline.backends.http_errors import (IMAGE_FIX, classify, host_port, is_local, is_model_missing,
-                                           not_a_completion, path_fix, public_url, server_message, timed_out)
+from pipeline.backends.http_errors import (IMAGE_FIX, RequestError, classify, host_port, is_local,
+                                           is_model_missing, not_a_completion, path_fix, public_url, server_message,
+                                           timed_out)
 from pipeline.backends.openai_compat import (OpenAICompatBackend, answer_text, encode_jpeg, jpeg_data_url,
                                              make_client, usage_tokens, user_message)
 from pipeline.config import OpenAISettings, PrepareSettings
@@ -169,9 +170,10 @@ class _Doctor:
         except ValueError as exc:  # an HTTP 200 whose body is not JSON, or not UTF-8
             error = not_a_completion(self.endpoint, type(exc).__name__)
         else:
-            if answer_text(response) is not None:
+            answer = answer_text(response, self.endpoint)
+            if not isinstance(answer, RequestError):
                 return response
-            error = not_a_completion(self.endpoint, "message.content is not text")
+            error = answer
         return Step(name, False, error.detail, error.fix or None)
 
     async def sample_document(self, sample: PreparedImage) -> Step:

@@ -86,20 +86,19 @@ def usage_tokens(response: Any) -> tuple[int, int]:
     return count("prompt_tokens"), count("completion_tokens")
 
 
-def answer_text(response: Any) -> str | None:
-    """The first choice's text ("" when there is no choice or no content: the model said nothing); None when the
-    body has the wrong shape (not a completion at all: the SDK hands a non-JSON body back as text; content a
-    number or an object; a choice without a message)."""
+def answer_text(response: Any, endpoint: str) -> str | RequestError:
+    """The first choice's text ("" when there is no choice or no content: the model said nothing), or the
+    retryable server error of a body that is not a chat completion (the SDK hands a non-JSON body back as text;
+    content a number or an object; a choice without a message)."""
     if not hasattr(response, "choices"):
-        return None
-    choices = response.choices
-    if not choices:
+        return not_a_completion(endpoint, "a body that is not JSON")
+    if not response.choices:
         return ""
-    message = getattr(choices[0], "message", None)
-    if message is None:
-        return None
+    message = getattr(response.choices[0], "message", None)
     content = getattr(message, "content", None)
-    return "" if content is None else content if isinstance(content, str) else None
+    if message is None or not isinstance(content, (str, type(None))):
+        return not_a_completion(endpoint, "a choice without text content")
+    return content or ""
 
 
 class CircuitBreaker:
@@ -327,8 +326,7 @@ class OpenAICompatBackend:
         prompt, completion = usage_tokens(response)
         ledger.prompt_tokens += prompt
         ledger.completion_tokens += completion
-        content = answer_text(response)
-        return not_a_completion(self.endpoint, "message.content is not text") if content is None else content
+        return answer_text(response, self.endpoint)
 
     def _record(self, error: RequestError) -> None:
         """Breaker bookkeeping: any HTTP answer but a 5xx (a 429 included) proves the endpoint is alive."""
