@@ -32,6 +32,7 @@ from pipeline.cli_review import print_corrections
 from pipeline.cli_review import register as register_review
 from pipeline.cli_vllm import register as register_vllm
 from pipeline.config import Settings
+from pipeline.inbox import is_text
 from pipeline.masking import mask_id, redact
 from pipeline.report import CONSOLE_COLUMNS, masked_rows
 
@@ -76,6 +77,9 @@ def run(
     """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for."""
     if not input_dir.is_dir():
         raise config_error(f"input folder {input_dir} does not exist or is not a folder")
+    if not is_text(str(input_dir.resolve())) or not is_text(str(out.resolve())):
+        raise config_error(f"{ascii(str(input_dir))[1:-1]} or the output folder has a name that is not UTF-8, "
+                           "which a Prefect flow parameter cannot carry: rename it (files inside may have any name)")
     if out.resolve() == input_dir.resolve():
         raise config_error("--out is the input folder itself: choose another folder (one inside the input "
                            "folder is fine; it is not read as input)")
@@ -232,15 +236,23 @@ def eval_(
     out_dir: Annotated[Optional[Path], typer.Argument(help="where to write report.json")] = None,
     backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm")] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="documents in flight at once")] = None,
+    root: Annotated[Optional[Path], typer.Option(
+        help="folder the manifest's paths are relative to (default: the manifest's folder)")] = None,
 ) -> None:
     """Field accuracy, per-condition accuracy, invented values and auto-accept precision on a manifest."""
     from pipeline.evaluation import evaluate, load_manifest
 
     if not manifest.is_file():
         raise config_error(f"manifest {manifest} not found")
+    items = load_manifest(manifest, root)
+    missing = [item for item in items if not item.path.is_file()]
+    if missing:
+        raise config_error(f"{len(missing)} of the manifest's {len(items)} files are not under "
+                           f"{root or manifest.parent} (first: {missing[0].rel_path}); paths are relative to the "
+                           "manifest's folder unless --root says otherwise")
     settings = load_settings(backend=backend, concurrency=concurrency)
     with progress_bar("evaluating") as sink, progress.listening(sink):
-        report = asyncio.run(evaluate(load_manifest(manifest), settings))
+        report = asyncio.run(evaluate(items, settings))
     data = report.as_dict()
     console.print(f"[bold]{data['documents']} documents, {data['fields_correct']}/{data['fields_total']} fields "
                   f"right = {data['accuracy']:.1%}; invented where absent: {data['invented_where_absent']}")

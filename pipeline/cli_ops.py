@@ -78,11 +78,13 @@ def watch(
     state: Annotated[Optional[Path], typer.Option(help="state file (default: ROOT/.idflow-watch.json)")] = None,
 ) -> None:
     """Emit `idflow.upload.ready` once per complete upload folder under ROOT (marker or quiet period)."""
+    from pipeline.masking import install_masking
     from pipeline.watch import UploadWatcher, prefect_emitter, run
 
     folder = _existing_dir(root, "upload root")
     _require_server()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    install_masking()  # folder names can hold document numbers
     watcher = UploadWatcher(folder, prefect_emitter, Completion(marker, quiet), state_path=state)
     typer.echo(f"watching {folder} for complete upload folders (marker {marker}"
                f"{f', or {quiet:g} s quiet' if quiet else ''}); state in {watcher.state_path}")

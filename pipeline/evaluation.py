@@ -36,11 +36,12 @@ class EvalItem:
     condition: str
 
 
-def load_manifest(manifest: Path) -> list[EvalItem]:
+def load_manifest(manifest: Path, root: Path | None = None) -> list[EvalItem]:
+    """The scored items of `manifest`, their paths under `root` (default: the manifest's folder)."""
     data = json.loads(manifest.read_text(encoding="utf-8"))
     items = data["items"] if isinstance(data, dict) else data
     return [
-        EvalItem(path=manifest.parent / it["path"], rel_path=it["path"], page=int(it.get("page") or 0),
+        EvalItem(path=(root or manifest.parent) / it["path"], rel_path=it["path"], page=int(it.get("page") or 0),
                  truth={k: it.get(k) for k in FIELD_NAMES}, condition=it.get("condition") or "clean")
         for it in items
         if "expect_failure" not in it and "expect_skip" not in it

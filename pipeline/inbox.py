@@ -94,6 +94,16 @@ def _changed_at(path: Path) -> float:
     return max(st.st_mtime, st.st_ctime)
 
 
+def is_text(name: str) -> bool:
+    """The name is valid UTF-8 on disk (Python keeps other bytes as lone surrogates, which JSON cannot carry, so
+    no event or flow parameter can name such a folder)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def folder_key(folder: Path) -> str:
     """Folders are identified by their resolved absolute path (what the watcher puts in the event payload)."""
     return str(folder.resolve())
@@ -179,9 +189,12 @@ def plan_nightly(inbox: Path, ledger: FolderLedger, completion: Completion, in_f
 
 def nightly_markdown(plan: NightlyPlan, outcomes: dict[str, str]) -> str:
     """Markdown for the nightly run: one line per folder with what happened to it (folder names only)."""
+    def shown(f: Path) -> str:  # an artifact is JSON text: a name that is not UTF-8 is shown escaped
+        return f.name if is_text(f.name) else ascii(f.name)[1:-1]
+
     lines = ["# idflow nightly", "", "| folder | outcome |", "|---|---|"]
-    lines += [f"| `{f.name}` | {outcomes.get(folder_key(f), 'not finished')} |" for f in plan.todo]
-    lines += [f"| `{f.name}` | already done |" for f in plan.already_done]
-    lines += [f"| `{f.name}` | running elsewhere, left for the next run |" for f in plan.in_flight]
-    lines += [f"| `{f.name}` | incomplete (no marker yet) |" for f in plan.incomplete]
+    lines += [f"| `{shown(f)}` | {outcomes.get(folder_key(f), 'not finished')} |" for f in plan.todo]
+    lines += [f"| `{shown(f)}` | already done |" for f in plan.already_done]
+    lines += [f"| `{shown(f)}` | running elsewhere, left for the next run |" for f in plan.in_flight]
+    lines += [f"| `{shown(f)}` | incomplete (no marker yet) |" for f in plan.incomplete]
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pipeline.atomic import write_json_atomic
-from pipeline.inbox import Completion, folder_key, read_json, upload_folder_of, upload_folders
+from pipeline.inbox import Completion, folder_key, is_text, read_json, upload_folder_of, upload_folders
 
 UPLOAD_EVENT = "idflow.upload.ready"
 RESOURCE_PREFIX = "idflow.upload."
@@ -53,6 +53,7 @@ class UploadWatcher:
     announced: dict[str, dict[str, str]] = field(default_factory=dict)
     _due: dict[str, float] = field(default_factory=dict)  # pending folder -> when to test its quiet period
     _last_rescan: float = float("-inf")
+    _unnamed: set[str] = field(default_factory=set)  # folders whose name an event cannot carry (said once)
 
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
@@ -90,7 +91,11 @@ class UploadWatcher:
     def _check(self, folder: Path, now: float) -> None:
         """Announce the folder if it is complete, else schedule its next test (if quiet periods are on)."""
         self._due.pop(folder.name, None)
-        if not folder.is_dir():
+        if not folder.is_dir() or folder.name in self._unnamed:
+            return
+        if not is_text(folder.name):  # an event and a flow parameter are text: it could never be announced
+            self._unnamed.add(folder.name)
+            log.warning("upload folder %r is not announced: its name is not UTF-8; rename it", folder.name)
             return
         if not self.completion.is_complete(folder, now):
             if self.completion.quiet_seconds is not None:
@@ -115,10 +120,18 @@ def run(watcher: UploadWatcher, *, tick_seconds: float = 1.0, stop_event: thread
     import watchfiles
 
     watcher.root.mkdir(parents=True, exist_ok=True)
-    for changes in watchfiles.watch(watcher.root, stop_event=stop_event, yield_on_timeout=True,
-                                    rust_timeout=max(1, int(tick_seconds * 1000)), debounce=200):
-        watcher.on_changes(Path(p) for _, p in changes)
-        watcher.tick()
+    try:
+        for changes in watchfiles.watch(watcher.root, stop_event=stop_event, yield_on_timeout=True,
+                                        rust_timeout=max(1, int(tick_seconds * 1000)), debounce=200):
+            watcher.on_changes(Path(p) for _, p in changes)
+            watcher.tick()
+    except RuntimeError as exc:  # watchfiles gives up on a path it cannot decode (a name that is not UTF-8)
+        log.warning("file-system events unavailable (%s): rescanning %s every %g s instead",
+                    " ".join(str(exc).split()), watcher.root, watcher.rescan_seconds)
+        stop = stop_event or threading.Event()
+        while not stop.is_set():
+            watcher.tick()
+            stop.wait(tick_seconds)
 
 
 def prefect_emitter(folder: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,24 @@ def test_the_input_folder_as_output_is_a_configuration_error(tmp_path: Path) -> 
     result = CliRunner().invoke(app, ["run", str(tmp_path), "--out", str(tmp_path / "." / "")])
     assert result.exit_code == 2 and "--out is the input folder itself" in " ".join(result.output.split())
     assert not (tmp_path / "results").exists()
+
+
+def test_an_input_folder_whose_name_is_not_utf8_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/in-\xff"))
+    folder.mkdir()
+    result = CliRunner().invoke(app, ["run", str(folder), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "not UTF-8" in " ".join(result.output.split()), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_eval_names_files_the_manifest_lists_but_are_not_there(tmp_path: Path) -> None:
+    (tmp_path / "scans").mkdir()
+    (tmp_path / "scans" / "a.jpg").write_bytes(b"x")
+    manifest = tmp_path / "truth.json"
+    manifest.write_text('[{"path": "a.jpg", "name": null, "id_number": null, "expiry_date": null}]')
+    result = CliRunner().invoke(app, ["eval", str(manifest)])
+    assert result.exit_code == 2 and "1 of the manifest's 1 files" in " ".join(result.output.split())
+    assert "--root" in result.output
 
 
 def test_unknown_backend_is_a_configuration_error(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ periods are tested without sleeping; one test drives it with real watchfiles in 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -191,3 +192,29 @@ def _wait(condition, timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
+
+
+@pytest.mark.timeout(60)
+def test_a_folder_name_that_is_not_utf8_stops_neither_the_watch_nor_other_folders(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # watchfiles cannot decode such a path and gives up on the whole root; the watcher rescans instead
+    emit = FakeEmit()
+    root = tmp_path / "inbox"
+    root.mkdir()
+    odd = Path(os.fsdecode(bytes(root) + b"/batch-\xff\xfe"))
+    upload(root, odd.name, marker=True)
+    upload(root, "batch-ok", marker=True)
+    watcher = UploadWatcher(root, emit, Completion("_READY", None), rescan_seconds=0.2)
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(watcher,), kwargs={"tick_seconds": 0.2, "stop_event": stop})
+    thread.start()
+    try:
+        _wait(lambda: emit.folders == ["batch-ok"])
+        late = upload(root, "batch-late", marker=True)
+        _wait(lambda: late.name in emit.folders)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive() and emit.folders == ["batch-ok", "batch-late"]
+    said = [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()]
+    assert len(said) == 1, said  # once, not at every rescan
