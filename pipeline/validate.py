@@ -97,7 +97,7 @@ def _number_check(fields: dict[str, Any]) -> str | None:
     PRC one when the number has the resident-ID shape (a model answer must not escape the check by calling a
     resident ID card a passport or "unknown")."""
     number, doc_type = fields.get("id_number"), fields.get("doc_type")
-    if not isinstance(number, str) or not number:
+    if not isinstance(number, str):
         return None
     if doc_type == "cn_id":
         return "cn_id.checksum"

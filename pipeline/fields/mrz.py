@@ -203,7 +203,7 @@ def _resolve_number(raw: _Raw, confirmed: Collection[str] | None) -> tuple[_Raw,
     digit is recomputed (`_rechecked_printed`: OCR lost the digit); then OCR confusion alternatives are tried.
     An alternative is kept only when it is the single one that passes the check digit; if several pass,
     the single one also printed elsewhere on the page, else the single one needing the fewest
-    substitutions. (The composite check cannot help: the number sits at the same weights in the
+    substitutions. (For those the composite cannot help: the number sits at the same weights in the
     composite, so every alternative passing the number check also passes the composite.)
     """
     if _number_passes(raw) or confirmed is None:
