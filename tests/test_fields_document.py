@@ -308,6 +308,10 @@ def test_a_number_repaired_by_its_own_check_digit_is_confirmed_only_by_the_page(
     # ... but where the page also prints the repaired number, the page confirms it (a label's value may be wrong)
     confirmed = read_document(page("Document No.", "L898902C5", "L898902C3", *zone), TODAY)
     assert confirmed.fields["id_number"] == "L898902C3" and "cross.number_mrz_vs_viz" in confirmed.checks
+    # the one number printed on the page, its label not read, contradicts the repair just the same (hard seed 555:
+    # a misaligned zone reading "repaired" to SWF13Z45Z beside a printed WF1324526, stored at 0.9)
+    unlabelled = read_document(page("XR4512390", *zone), TODAY)
+    assert unlabelled.fields["id_number"] is None and states(unlabelled)["id_number"] == "unreadable"
 
 
 def test_a_filler_read_as_k_after_a_name_is_cut_only_where_the_page_shows_the_name() -> None:

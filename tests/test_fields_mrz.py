@@ -350,6 +350,13 @@ def test_a_printed_number_is_taken_when_the_zone_lost_its_check_digit_and_the_co
     assert mrz.find(["BT0848503", td1[0], td1[1][:-1] + "<", td1[2]], TODAY).number != "BT0848503"
 
 
+def test_a_j_that_lost_its_top_bar_is_still_a_name_letter() -> None:
+    """Hard seed 555, a 512 px photo: the name line read as N0VAK<<]AN left the whole zone unfound."""
+    td1 = ["I<AUSWF13245268<<<<<<<<<<<<<<<", "6908290M3309058AUS<<<<<<<<<<<6", "N0VAK<<]AN<<<<<<<<<<<<<<<<<<<<"]
+    r = mrz.find(td1, TODAY)
+    assert r is not None and r.valid and (r.number, r.name) == ("WF1324526", "NOVAK JAN")
+
+
 def test_a_short_name_line_that_lost_its_closing_fillers_is_still_the_name_line() -> None:
     """A dark photo: the name line's filler run faded and OCR kept only "P<UTOLI<<ANNA<<" (15 of 44)."""
     data = "L898902C36UTO7408122F1204159ZE184226B<<<<<10"

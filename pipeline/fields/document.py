@@ -338,8 +338,11 @@ def _read_zone(zone: Zone, lines: Sequence[OcrLine], printed: _Printed, today: d
         repaired = getattr(zone, "number_repaired", False)
         if repaired and not agrees:
             b.failures.append(NUMBER_UNCONFIRMED_CHECK)
-        if disagrees and not agrees and (repaired or "mrz.number" in zone.checks_failed):
-            # its own digit does not vouch for it (failed, or chose the repair) and the page prints another
+        unlabelled = _unlabelled_number(printed_boxes, printed)
+        prints_another = disagrees or (unlabelled is not None and unlabelled[0] != zone.number)
+        if prints_another and not agrees and (repaired or "mrz.number" in zone.checks_failed):
+            # its own digit does not vouch for it (failed, or chose the repair) and the page prints another number
+            # (labelled, or the one number-shaped box on it)
             b.unreadable("id_number")
         else:
             b.present("id_number", zone.number, base * factor * _check_factor(zone, "mrz.number"))

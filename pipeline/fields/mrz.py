@@ -349,7 +349,7 @@ def parse(lines: Sequence[str], today: date) -> MrzResult | None:
 
 _FILLER_LOOKALIKES = str.maketrans({c: "<" for c in "«‹＜〈(<[{>≤Λ∧"})
 _TO_DIGIT = str.maketrans("OQDIZSGB", "00012568")
-_TO_ALPHA = str.maketrans("012568", "OIZSGB")
+_TO_ALPHA = str.maketrans("012568]", "OIZSGBJ")  # "]": a J with its top bar lost (NOVAK<<]AN)
 # '|' is no MRZ character; before a document code (then a letter or filler) it is a stroke, not text. Not before a
 # filler: "|<UTO" is an ID card's "I<UTO".
 _STROKE_BEFORE_CODE = re.compile(r"^.?\|(?=[PIACV][A-Z<])")

@@ -36,7 +36,9 @@ class ReviewSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="IDFLOW_REVIEW_", env_file=".env", extra="ignore")
 
-    threshold: float = Field(0.9, ge=0, le=1, description="auto-accept threshold on the least field confidence")
+    # The documented auto-accept threshold (README, "Sample data, accuracy and speed"): what is not accepted at it
+    # is exactly what a person sees.
+    threshold: float = Field(0.95, ge=0, le=1, description="auto-accept threshold on the least field confidence")
 
 
 REASON_TEXT: dict[str, str] = {
