@@ -109,7 +109,8 @@ def _get_page_model() -> Any:
                 if not model.is_file():
                     logging.getLogger(__name__).warning(
                         "page orientation model missing (%s): orienting with the text detector, ~10x slower; "
-                        "fetch it with `python tools/fetch_page_orientation_model.py`", PAGE_MODEL)
+                        "a wheel built after `python tools/fetch_page_orientation_model.py` (in the checkout) "
+                        "ships it: rebuild and reinstall", PAGE_MODEL)
                     _page_model = False
                     return None
                 import onnxruntime
