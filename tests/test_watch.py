@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -167,11 +169,7 @@ def test_real_watchfiles_announces_once(tmp_path: Path) -> None:
     root = tmp_path / "inbox"
     root.mkdir()
     upload(root, "before-start", marker=True)
-    watcher = UploadWatcher(root, emit, Completion("_READY", None), rescan_seconds=3600)
-    stop = threading.Event()
-    thread = threading.Thread(target=run, args=(watcher,), kwargs={"tick_seconds": 0.2, "stop_event": stop})
-    thread.start()
-    try:
+    with watching(UploadWatcher(root, emit, Completion("_READY", None), rescan_seconds=3600)):
         _wait(lambda: emit.folders == ["before-start"])
         folder = upload(root, "live", files=("a.jpg", "b.jpg.part"))
         time.sleep(1.0)
@@ -181,10 +179,21 @@ def test_real_watchfiles_announces_once(tmp_path: Path) -> None:
         _wait(lambda: "live" in emit.folders)
         (folder / "c.jpg").write_bytes(b"late")
         time.sleep(1.0)
+    assert emit.folders == ["before-start", "live"]
+
+
+@contextmanager
+def watching(watcher: UploadWatcher) -> Iterator[None]:
+    """`run(watcher)` in a thread for the duration of the block, stopped and joined after it."""
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(watcher,), kwargs={"tick_seconds": 0.2, "stop_event": stop})
+    thread.start()
+    try:
+        yield
     finally:
         stop.set()
         thread.join(timeout=10)
-    assert emit.folders == ["before-start", "live"]
+    assert not thread.is_alive()
 
 
 def _wait(condition, timeout: float = 20.0) -> None:
@@ -204,17 +213,10 @@ def test_a_folder_name_that_is_not_utf8_stops_neither_the_watch_nor_other_folder
     odd = Path(os.fsdecode(bytes(root) + b"/batch-\xff\xfe"))
     upload(root, odd.name, marker=True)
     upload(root, "batch-ok", marker=True)
-    watcher = UploadWatcher(root, emit, Completion("_READY", None), rescan_seconds=0.2)
-    stop = threading.Event()
-    thread = threading.Thread(target=run, args=(watcher,), kwargs={"tick_seconds": 0.2, "stop_event": stop})
-    thread.start()
-    try:
+    with watching(UploadWatcher(root, emit, Completion("_READY", None), rescan_seconds=0.2)):
         _wait(lambda: emit.folders == ["batch-ok"])
         late = upload(root, "batch-late", marker=True)
         _wait(lambda: late.name in emit.folders)
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-    assert not thread.is_alive() and emit.folders == ["batch-ok", "batch-late"]
+    assert emit.folders == ["batch-ok", "batch-late"]
     said = [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()]
     assert len(said) == 1, said  # once, not at every rescan
