@@ -269,7 +269,8 @@ def eval_(
     for col in ("threshold", "accepted", "precision"):
         table.add_column(col, justify="right")
     for row in data["auto_accept"]:
-        table.add_row(f"{row['threshold']:.2f}", str(row["accepted"]), f"{row['precision']:.1%}")
+        table.add_row(f"{row['threshold']:.2f}", str(row["accepted"]),
+                      f"{row['precision']:.1%}" if row["accepted"] else "—")  # nothing accepted: no precision
     console.print(table)
     point = data["operating_point"]
     console.print(f"precision >= 99.5% from threshold {point['threshold']:.4f}: {point['coverage']:.1%} of documents "

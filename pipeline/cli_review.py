@@ -4,6 +4,7 @@ the corrections report that `idflow show` prints. Registered onto the `idflow` a
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -50,7 +51,7 @@ def review(
     path = write_page(queue)
     console.print(f"run {queue.run_id}: {len(queue.open_items)} documents need a person "
                   f"({len(queue.items)} listed, threshold {queue.threshold:g})")
-    for reason, n in queue.counts_by_reason().most_common():
+    for reason, n in Counter(i.reason for i in queue.open_items).most_common():  # what still needs a person
         console.print(f"  {reason}: {n}")
     console.print(f"review page: {path}")
 
