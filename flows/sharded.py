@@ -72,13 +72,15 @@ def read_shard(manifest: Path) -> list[str]:
     return files
 
 
-def plan_shards(root: Path, done: Collection[str], size: int, tally: RunTally) -> Iterator[Shard]:
+def plan_shards(root: Path, done: Collection[str], size: int, tally: RunTally,
+                skip_dir: Path | None = None) -> Iterator[Shard]:
     """Walk and hash the folder once; yield shards of at most `size` files as they fill.
 
     Files whose every item is a skip (content seen earlier in the folder, already done, hidden, marker,
     upload in progress) are counted in `tally` here and never sent; any file with a page to do or an ingest
-    failure to record goes to a shard, whose child rediscovers it and accounts for all its items."""
-    discovery = Discovery(root, done)
+    failure to record goes to a shard, whose child rediscovers it and accounts for all its items. `skip_dir`
+    (OUT inside the input folder) is not input."""
+    discovery = Discovery(root, done, skip_dir=skip_dir)
     files: list[str] = []
     items = index = 0
     for rel, group in groupby(discovery.items(), key=lambda item: item.rel_path):
@@ -193,7 +195,8 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
 
     # OUT's lock, held for the children too: they run under it (flows/extract.py takes none for a shard).
     async with hold_output(out, run_id=run_id, wait=True, on_wait=logger.warning):
-        plan = plan_shards(root, frozenset() if force else done_keys(out, settings.fingerprint()), size, tally)
+        plan = plan_shards(root, frozenset() if force else done_keys(out, settings.fingerprint()), size, tally,
+                           skip_dir=out.resolve())
         while True:  # plan as shards are taken: workers start on shard 1 while the walk is still hashing
             await slots.acquire()
             shard = await asyncio.to_thread(next, plan, None)

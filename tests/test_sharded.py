@@ -39,6 +39,13 @@ def test_plan_puts_each_file_in_one_shard_and_counts_the_rest(sample_dir: Path, 
     assert tally.seen + sum(s.items for s in shards) == sum(1 for _ in Discovery(folder).items())
     manifest = write_shard(tmp_path / "out", "run1", folder, shards[0])
     assert read_shard(manifest) == shards[0].files
+    # OUT inside the input folder is not input (without skip_dir its Parquet part would be one more file to do)
+    (folder / "out" / "results").mkdir(parents=True)
+    (folder / "out" / "results" / "part-1.parquet").write_bytes(b"PAR1 written by an earlier run")
+    again = [f for s in plan_shards(folder, frozenset(), 3, RunTally(), skip_dir=(folder / "out").resolve())
+             for f in s.files]
+    assert sorted(again) == sorted(files)
+    assert "out/results/part-1.parquet" in [f for s in plan_shards(folder, frozenset(), 3, RunTally()) for f in s.files]
 
 
 def test_a_failed_shard_is_retried_alone() -> None:
