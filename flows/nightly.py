@@ -28,6 +28,7 @@ from flows.extract import extract_folder
 from pipeline.config import Settings
 from pipeline.inbox import Completion, FolderLedger, folder_key, is_text, nightly_markdown, plan_nightly
 from pipeline.masking import install_masking
+from pipeline.store import readable_path
 
 _UNFINISHED = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED]
 
@@ -57,7 +58,7 @@ async def nightly(inbox: str, out_dir: str, backend: str = "ocr", marker: str = 
     unnamed = [f for f in plan.todo if not is_text(f.name)]
     if unnamed:  # each is left as it is, every night, with this line; the others are done
         logger.warning("nightly: %d upload folders not run, their names are not UTF-8 (rename them): %s",
-                       len(unnamed), ", ".join(ascii(f.name) for f in unnamed))
+                       len(unnamed), ", ".join(readable_path(f.name) for f in unnamed))
         plan.todo = [f for f in plan.todo if is_text(f.name)]
     logger.info("nightly: %d folders to do, %d already done, %d in flight elsewhere, %d incomplete",
                 len(plan.todo), len(plan.already_done), len(plan.in_flight), len(plan.incomplete))

@@ -35,6 +35,7 @@ from pipeline.config import Settings
 from pipeline.inbox import is_text
 from pipeline.masking import mask_id, redact
 from pipeline.report import CONSOLE_COLUMNS, masked_rows
+from pipeline.store import readable_path
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scanned identity documents in, validated records out.")
 
@@ -78,7 +79,7 @@ def run(
     if not input_dir.is_dir():
         raise config_error(f"input folder {input_dir} does not exist or is not a folder")
     if not is_text(str(input_dir.resolve())) or not is_text(str(out.resolve())):
-        raise config_error(f"{ascii(str(input_dir))[1:-1]} or the output folder has a name that is not UTF-8, "
+        raise config_error(f"{readable_path(str(input_dir))} or the output folder has a name that is not UTF-8, "
                            "which a Prefect flow parameter cannot carry: rename it (files inside may have any name)")
     if out.resolve() == input_dir.resolve():
         raise config_error("--out is the input folder itself: choose another folder (one inside the input "

@@ -22,7 +22,7 @@ from typing import Any
 from pipeline.atomic import write_json_atomic
 from pipeline.datamodel import SkipReason
 from pipeline.ingest import skip_reason, walk
-from pipeline.store import RUNS
+from pipeline.store import RUNS, readable_path
 
 DEFAULT_MARKER = "_READY"
 STATE_DIR = "state"
@@ -189,12 +189,10 @@ def plan_nightly(inbox: Path, ledger: FolderLedger, completion: Completion, in_f
 
 def nightly_markdown(plan: NightlyPlan, outcomes: dict[str, str]) -> str:
     """Markdown for the nightly run: one line per folder with what happened to it (folder names only)."""
-    def shown(f: Path) -> str:  # an artifact is JSON text: a name that is not UTF-8 is shown escaped
-        return f.name if is_text(f.name) else ascii(f.name)[1:-1]
-
+    shown = readable_path  # an artifact is JSON text: a name that is not UTF-8 is shown with `\xNN` escapes
     lines = ["# idflow nightly", "", "| folder | outcome |", "|---|---|"]
-    lines += [f"| `{shown(f)}` | {outcomes.get(folder_key(f), 'not finished')} |" for f in plan.todo]
-    lines += [f"| `{shown(f)}` | already done |" for f in plan.already_done]
-    lines += [f"| `{shown(f)}` | running elsewhere, left for the next run |" for f in plan.in_flight]
-    lines += [f"| `{shown(f)}` | incomplete (no marker yet) |" for f in plan.incomplete]
+    lines += [f"| `{shown(f.name)}` | {outcomes.get(folder_key(f), 'not finished')} |" for f in plan.todo]
+    lines += [f"| `{shown(f.name)}` | already done |" for f in plan.already_done]
+    lines += [f"| `{shown(f.name)}` | running elsewhere, left for the next run |" for f in plan.in_flight]
+    lines += [f"| `{shown(f.name)}` | incomplete (no marker yet) |" for f in plan.incomplete]
     return "\n".join(lines)

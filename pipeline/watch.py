@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pipeline.atomic import write_json_atomic
 from pipeline.inbox import Completion, folder_key, is_text, read_json, upload_folder_of, upload_folders
+from pipeline.store import readable_path
 
 UPLOAD_EVENT = "idflow.upload.ready"
 RESOURCE_PREFIX = "idflow.upload."
@@ -95,7 +96,7 @@ class UploadWatcher:
             return
         if not is_text(folder.name):  # an event and a flow parameter are text: it could never be announced
             self._unnamed.add(folder.name)
-            log.warning("upload folder %r is not announced: its name is not UTF-8; rename it", folder.name)
+            log.warning("upload folder %s is not announced: its name is not UTF-8; rename it", readable_path(folder.name))
             return
         if not self.completion.is_complete(folder, now):
             if self.completion.quiet_seconds is not None:
