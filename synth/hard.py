@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -216,18 +217,24 @@ def occlusion(r: Rendered, rng: random.Random) -> Image.Image:
     return img
 
 
-# name -> (condition, container, quality, applies to documents without an MRZ too)
-HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, bool]] = {
-    "watermark": (watermark, "jpeg", 88, True),
-    "glare": (glare, "jpeg", 85, False),
-    "hologram": (hologram, "jpeg", 85, False),
-    "dark_phone": (dark_phone, "jpeg", 80, True),
-    "phone512": (phone512, "jpeg", 85, True),
-    "motion_blur": (motion_blur, "jpeg", 88, True),
-    "jpeg15": (jpeg15, "jpeg", 15, True),
-    "moire": (moire, "jpeg", 85, True),
-    "occlusion": (occlusion, "jpeg", 88, False),
-    "hard_rot90": (rotated(90), "jpeg", 85, True),
-    "hard_rot180": (rotated(180), "jpeg", 85, True),
-    "hard_rot270": (rotated(270), "jpeg", 85, True),
+# What a condition applies to: "any" document, "mrz" documents only (it is put over the MRZ), or "one"
+# document filling the capture (not the A4 photocopy of a card's two sides: a 512 px photo of that sheet leaves
+# the card's name ~5 px tall and its dates ~4 px, below what a careful human reads, so the ground truth would
+# no longer be what is on the picture).
+Scope = Literal["any", "mrz", "one"]
+
+# name -> (condition, container, quality, scope)
+HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, Scope]] = {
+    "watermark": (watermark, "jpeg", 88, "any"),
+    "glare": (glare, "jpeg", 85, "mrz"),
+    "hologram": (hologram, "jpeg", 85, "mrz"),
+    "dark_phone": (dark_phone, "jpeg", 80, "any"),
+    "phone512": (phone512, "jpeg", 85, "one"),
+    "motion_blur": (motion_blur, "jpeg", 88, "any"),
+    "jpeg15": (jpeg15, "jpeg", 15, "any"),
+    "moire": (moire, "jpeg", 85, "any"),
+    "occlusion": (occlusion, "jpeg", 88, "mrz"),
+    "hard_rot90": (rotated(90), "jpeg", 85, "any"),
+    "hard_rot180": (rotated(180), "jpeg", 85, "any"),
+    "hard_rot270": (rotated(270), "jpeg", 85, "any"),
 }

@@ -376,6 +376,9 @@ def build_eval(out_dir: str | Path, count: int = 300, seed: int = 7, jobs: int =
 # --------------------------------------------------------------------------------------------------------
 
 MRZ_KINDS = ("passport", "td1", "td2", "visa")
+# the kinds each scope of a hard condition (``synth.hard.Scope``) applies to
+_SCOPE_KINDS: dict[str, tuple[str, ...]] = {"any": KINDS, "mrz": MRZ_KINDS,
+                                            "one": tuple(k for k in KINDS if k != "cn_both")}
 
 
 def _hard_worker(args: tuple[int, str, str, int, str]) -> list[dict]:
@@ -392,12 +395,12 @@ def _hard_worker(args: tuple[int, str, str, int, str]) -> list[dict]:
 def build_hard(out_dir: str | Path, count: int = 120, seed: int = 101, jobs: int = 1,
                conditions: list[str] | None = None) -> list[dict]:
     """Write ``count`` documents under the hard conditions (``synth.hard``; all of them unless
-    ``conditions`` names some) and ``manifest.json``. MRZ-only conditions use MRZ documents only."""
+    ``conditions`` names some) and ``manifest.json``. Each condition uses the kinds its scope allows."""
     names = conditions or list(H.HARD_CONDITIONS)
     unknown = set(names) - set(H.HARD_CONDITIONS)
     if unknown:
         raise ValueError(f"unknown hard conditions: {sorted(unknown)}")
-    combos = [(k, c) for c in names for k in KINDS if H.HARD_CONDITIONS[c][3] or k in MRZ_KINDS]
+    combos = [(k, c) for c in names for k in _SCOPE_KINDS[H.HARD_CONDITIONS[c][3]]]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = [(i, k, c, seed, str(out)) for i, (k, c) in enumerate(_eval_plan(count, seed, combos), start=1)]

@@ -64,3 +64,11 @@ def test_hard_set_build_and_cli(tmp_path):
     again = tmp_path / "again"
     S.build_hard(again, 3, 5, conditions=["glare", "jpeg15"])
     assert S.digest_dir(again) == S.digest_dir(out)
+
+
+def test_phone512_photographs_one_document_not_an_a4_sheet(tmp_path):
+    """A 512 px photo of the two-sided A4 photocopy leaves the card's name ~5 px tall (unreadable to a person),
+    so the hard set never makes it; every other kind gets the condition."""
+    manifest = S.build_hard(tmp_path, 7, 5, conditions=["phone512"])
+    kinds = {m["path"].split("_", 1)[1].rsplit("_", 1)[0] for m in manifest}
+    assert kinds == set(S.KINDS) - {"cn_both"}
