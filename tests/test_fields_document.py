@@ -211,6 +211,14 @@ def test_zone_debris_is_never_a_name() -> None:
     assert r.fields["name"] == "ERIKSSON ANNA MARIA" and r.states["name"].confidence <= 0.5
 
 
+@pytest.mark.parametrize(("surname_label", "given_label"), [("Sumame", "Givenrames"), ("Sumtame", "Gien rames")])
+def test_labels_with_rn_read_as_m_still_name_their_values(surname_label: str, given_label: str) -> None:
+    """Small print's "rn" is read as "m" (motion-blurred TD2 and visa pages of the hard tuning set): the labels
+    still name the printed name, which is then the page's only source of a name whose zone line was lost."""
+    r = read_document(page(surname_label, "LIU", given_label, "LIXIAO", *_with_name_line("LI|<<LIXIA0")), TODAY)
+    assert r.fields["name"] == "LIU LIXIAO" and r.states["name"].confidence <= 0.5
+
+
 def test_zone_and_printed_names_that_contradict_are_unreadable() -> None:
     r = read_document(page("Surname", "SMITH", "Given names", "JOHN", *TD3), TODAY)
     assert r.fields["name"] is None and states(r)["name"] == "unreadable"

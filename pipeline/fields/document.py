@@ -131,15 +131,16 @@ _LABELS: dict[str, tuple[str, ...]] = {
 
 def _label_kind(text: str) -> str | None:
     """Which field a label box names, matching each '/'-separated language variant fuzzily (OCR mangles
-    small label print: 'Sumame' for 'Surname')."""
+    small label print). "rn" is compared as "m" on both sides: small print's "rn" is read as "m" so often
+    ('Sumame', 'Sumtame' for 'Surname') that a plain ratio would lose the label."""
     best, best_ratio = None, 0.0
     for part in re.split(r"[/|]", text):
-        folded = _fold(part).lower()
+        folded = _fold(part).lower().replace("rn", "m")
         if not folded:
             continue
         for kind, words in _LABELS.items():
             for word in words:
-                ratio = difflib.SequenceMatcher(None, folded, word).ratio()
+                ratio = difflib.SequenceMatcher(None, folded, word.replace("rn", "m")).ratio()
                 if ratio > best_ratio:
                     best, best_ratio = kind, ratio
     return best if best_ratio >= 0.8 else None
