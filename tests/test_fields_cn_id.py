@@ -135,6 +135,9 @@ def test_parse_front_without_number_invents_nothing() -> None:
     ("有基期限 2025.02.21年2035.02.21", (date(2025, 2, 21), date(2035, 2, 21))),
     ("2015.03.01年长期", (date(2015, 3, 1), "long-term")),
     ("有效期限2035.02.21", None),  # the label's last character is no dash: still a lone date
+    # a blurred dot read as the ideographic comma or full stop (hard tuning seed 404)
+    ("有效期限 2024.08.13—2044.08、13", (date(2024, 8, 13), date(2044, 8, 13))),
+    ("2024。08.13-长期", (date(2024, 8, 13), "long-term")),
     ("出生1999年09月09日", None),
 ])
 def test_parse_validity(text: str, expected: object) -> None:

@@ -61,8 +61,9 @@ def normalise_text(text: str) -> str:
 
 
 # One printed date: YYYY, MM, DD with an optional single separator between the groups. Zero-padded month
-# and day are required: PRC cards print them so, and without padding "2015.3.12035" would be ambiguous.
-_YMD = r"(\d{4})[.,\-/]?(\d{2})[.,\-/]?(\d{2})"
+# and day are required: PRC cards print them so, and without padding "2015.3.12035" would be ambiguous. A
+# blurred dot may come back as the ideographic comma or full stop ("2044.08、13"; NFKC leaves both as they are).
+_YMD = r"(\d{4})[.,、。\-/]?(\d{2})[.,、。\-/]?(\d{2})"
 # Range separators: hyphen and dashes, tilde, 至, and 一 (the CJK "one" OCR often returns for a long dash).
 # Optional, because OCR sometimes drops a thin dash entirely and the fixed-width dates still split cleanly.
 _RANGE_SEP = r"([-—–~至一_]*)"
