@@ -351,13 +351,15 @@ _FILLER_LOOKALIKES = str.maketrans({c: "<" for c in "«‹＜〈(<[{>≤Λ∧"})
 _TO_DIGIT = str.maketrans("OQDIZSGB", "00012568")
 _TO_ALPHA = str.maketrans("012568]", "OIZSGBJ")  # "]": a J with its top bar lost (NOVAK<<]AN)
 # '|' is no MRZ character; before a document code (then a letter or filler) it is a stroke, not text. Not before a
-# filler: "|<UTO" is an ID card's "I<UTO".
-_STROKE_BEFORE_CODE = re.compile(r"^.?\|(?=[PIACV][A-Z<])")
+# filler: "|<UTO" is an ID card's "I<UTO". A re-read strip that caught the card's edge may begin with a run of
+# them, a speck among the strokes ("||||m||P<AUS...").
+_STROKE_BEFORE_CODE = re.compile(r"^.?\|(?:[^|]?\|)*(?=[PIACV][A-Z<])")
 
 
 def clean_ocr_line(text: str, *, spaces_as_filler: bool) -> str:
     """Upper case, filler look-alikes as '<', spaces dropped or read as fillers, and a stray stroke before a
-    line's document code dropped ("|P<UTO...", "0|P<IRL...": the card's edge in a dark photo read as text)."""
+    line's document code dropped ("|P<UTO...", "0|P<IRL...", "||.||P<AUS": the card's edge in a dark photo read as
+    text)."""
     s = unicodedata.normalize("NFKC", text).upper().translate(_FILLER_LOOKALIKES)
     s = _STROKE_BEFORE_CODE.sub("", s.strip())
     return re.sub(r"\s+", "<" if spaces_as_filler else "", s)
