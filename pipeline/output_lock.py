@@ -9,7 +9,8 @@ dies, however it dies (SIGKILL, OOM, power loss of a client of a local disk), so
 killed run would leave behind.
 
 Who holds it is written beside the lock (`.idflow.lock.owner.json`), only so that a refused or waiting run can
-say which run it is waiting for; the lock itself is the kernel's.
+say which run it is waiting for; the lock itself is the kernel's. A new holder also removes the temp parts a
+killed holder left behind (`store.remove_stale_temp_parts`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from filelock import AsyncFileLock, Timeout
 
 from pipeline.atomic import write_json_atomic
+from pipeline.store import remove_stale_temp_parts
 
 LOCK_NAME = ".idflow.lock"
 OWNER_NAME = ".idflow.lock.owner.json"
@@ -64,6 +66,7 @@ async def hold_output(out_dir: Path, *, run_id: str, wait: bool,
     try:
         write_json_atomic(out_dir / OWNER_NAME, {"run_id": run_id, "pid": os.getpid(), "host": socket.gethostname(),
                                                  "since": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        remove_stale_temp_parts(out_dir)
         yield
     finally:
         await lock.release()

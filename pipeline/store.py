@@ -217,6 +217,23 @@ def unstorable(row: dict[str, Any], exc: BaseException, *, what: str) -> Failure
                    backend=row.get("backend"))
 
 
+STALE_TEMP_PART_S = 3600.0  # a writer renames its temp part within seconds; an hour-old one was left by a kill
+
+
+def remove_stale_temp_parts(out_dir: Path, older_than_s: float = STALE_TEMP_PART_S) -> int:
+    """Remove the temp files of parts whose writer was killed before its rename (readers already ignore them);
+    return how many. Called by the holder of OUT's lock; the age test spares a part being written right now by a
+    writer that does not hold the lock (a person's correction from the review page)."""
+    cutoff = datetime.now(timezone.utc).timestamp() - older_than_s
+    removed = 0
+    for tmp in out_dir.glob("*/run_date=*/.part-*.tmp"):
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove: left as it is
+            if tmp.is_file() and not tmp.is_symlink() and tmp.stat().st_mtime < cutoff:
+                tmp.unlink()
+                removed += 1
+    return removed
+
+
 def write_part(out_dir: Path, table_name: str, schema: pa.Schema, rows: list[dict[str, Any]] | pa.Table, *,
                run_id: str, run_date: date, part: int) -> Path:
     """Write rows as one Parquet file atomically (temp name unique to this call + rename in the same folder);

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from pipeline.output_lock import OutputBusy, hold_output
+from pipeline.store import STALE_TEMP_PART_S
 
 REPO = Path(__file__).resolve().parent.parent
 HOLDER = """
@@ -76,3 +79,24 @@ def test_a_second_holder_in_the_same_process_waits_and_says_so(tmp_path: Path) -
 
     asyncio.run(main())
     assert order == ["first in", "second waits", "first out", "second in"]
+
+
+def test_the_next_holder_removes_temp_parts_a_killed_run_left(tmp_path: Path) -> None:
+    """A run killed between writing a part's temp file and renaming it leaves the temp file; the next run on OUT
+    removes it once it is older than any live write takes, and never touches a fresh one or a finished part."""
+    folder = tmp_path / "results" / "run_date=2026-11-30"
+    folder.mkdir(parents=True)
+    stale, fresh = folder / ".part-a-00000.parquet.1f.tmp", folder / ".part-b-00000.parquet.2e.tmp"
+    part = folder / "part-c-00000.parquet"
+    for f in (stale, fresh, part):
+        f.write_bytes(b"x")
+    hour_ago = time.time() - 2 * STALE_TEMP_PART_S
+    os.utime(stale, (hour_ago, hour_ago))
+    os.utime(part, (hour_ago, hour_ago))
+
+    async def hold() -> None:
+        async with hold_output(tmp_path, run_id="next", wait=False):
+            pass
+
+    asyncio.run(hold())
+    assert not stale.exists() and fresh.exists() and part.exists()
