@@ -219,6 +219,14 @@ def test_labels_with_rn_read_as_m_still_name_their_values(surname_label: str, gi
     assert r.fields["name"] == "LIU LIXIAO" and r.states["name"].confidence <= 0.5
 
 
+def test_short_debris_is_no_label() -> None:
+    """Serbia's real specimen: 'Npee/ Suae' (a Cyrillic/Latin label mangled) above 'TECT' is no surname label; read
+    as one, its value contradicted the zone's TEST<<MILICA and the name was lost."""
+    td1 = ["IDSRB9555555461<2902968000000<", "6802295F1307245SRB<<<<<<<<<<<6", "TEST<<MILICA<<<<<<<<<<<<<<<<<<"]
+    r = read_document(page("Npee/ Suae", "TECT", "Vee/Given Rame", "A", *td1), TODAY)
+    assert r.fields["name"] == "TEST MILICA"
+
+
 def test_zone_and_printed_names_that_contradict_are_unreadable() -> None:
     r = read_document(page("Surname", "SMITH", "Given names", "JOHN", *TD3), TODAY)
     assert r.fields["name"] is None and states(r)["name"] == "unreadable"

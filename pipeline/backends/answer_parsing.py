@@ -14,7 +14,8 @@ from typing import Any
 from pipeline.datamodel import Reason
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
-# Qwen3-family models in thinking mode put their reasoning (which may contain braces) before the answer.
+# Qwen3-family models in thinking mode put their reasoning (which may contain braces, even a draft answer) before
+# the answer. Their chat template may open the block in the prompt, so the answer then holds only its close.
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
@@ -28,16 +29,38 @@ class AnswerError(ValueError):
 
 
 def parse_answer(text: str | None) -> dict[str, Any]:
-    """The JSON object in `text`: bare, inside a code fence, or with prose around it."""
-    body = _THINK.sub("", text or "").strip()
-    if not body:
-        raise AnswerError(Reason.NO_JSON, "empty answer")
-    fence = _FENCE.search(body)
-    if fence:
-        return _as_object(fence.group(1).strip())
+    """The one JSON object in `text`: bare, inside a code fence, or with prose around it. Two different objects
+    ("for example {...}; the document: {...}") are not guessed between: which one is the answer is unknown."""
+    body = _answer_part(text or "")
+    fences = [m.group(1).strip() for m in _FENCE.finditer(body)]
+    if fences:
+        return _one([_as_object(f) for f in fences])
     if body.startswith("["):
         return _as_object(body)  # a bare array is an answer of the wrong shape, not prose
-    return _first_object(body)
+    return _one(_top_level_objects(body))
+
+
+def _answer_part(text: str) -> str:
+    """`text` without the model's reasoning; an error when the reasoning never ended (the answer was cut off at
+    the token limit while thinking: a draft inside it is not the answer)."""
+    body = _THINK.sub("", text)
+    if "</think>" in body:  # the template opened the block: all before its close is reasoning
+        body = body.rsplit("</think>", 1)[1]
+    if "<think>" in body:
+        body = body.split("<think>", 1)[0]
+        if not body.strip():
+            raise AnswerError(Reason.NO_JSON, "the reasoning was cut off before the answer (raise max_tokens)")
+    body = body.strip()
+    if not body:
+        raise AnswerError(Reason.NO_JSON, "empty answer")
+    return body
+
+
+def _one(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    distinct = [o for i, o in enumerate(objects) if o not in objects[:i]]
+    if len(distinct) > 1:
+        raise AnswerError(Reason.INVALID_JSON, f"{len(distinct)} different JSON objects in the answer")
+    return distinct[0]
 
 
 def _as_object(candidate: str) -> dict[str, Any]:
@@ -50,18 +73,26 @@ def _as_object(candidate: str) -> dict[str, Any]:
     return value
 
 
-def _first_object(body: str) -> dict[str, Any]:
-    """The first decodable object starting at any `{`, ignoring text before and after it."""
+def _top_level_objects(body: str) -> list[dict[str, Any]]:
+    """Every decodable object starting at a `{` outside the objects before it, ignoring the text around them;
+    at least one, else the reason there is none."""
     decoder = json.JSONDecoder()
     first_error: json.JSONDecodeError | None = None
+    found: list[dict[str, Any]] = []
+    end = 0
     for match in re.finditer(r"\{", body):
+        if match.start() < end:
+            continue  # inside an object already taken
         try:
-            value, _ = decoder.raw_decode(body, match.start())
+            value, stop = decoder.raw_decode(body, match.start())
         except json.JSONDecodeError as exc:
             first_error = first_error or exc
             continue
         if isinstance(value, dict):
-            return value
+            found.append(value)
+            end = stop
+    if found:
+        return found
     if first_error is None:
         raise AnswerError(Reason.NO_JSON, "no JSON object in the answer")
     raise AnswerError(Reason.INVALID_JSON, _describe(first_error))

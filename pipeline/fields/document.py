@@ -11,6 +11,7 @@ them, or a name that does not look like a name.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -131,19 +132,26 @@ _LABELS: dict[str, tuple[str, ...]] = {
 
 def _label_kind(text: str) -> str | None:
     """Which field a label box names, matching each '/'-separated language variant fuzzily (OCR mangles
-    small label print). "rn" is compared as "m" on both sides: small print's "rn" is read as "m" so often
-    ('Sumame', 'Sumtame' for 'Surname') that a plain ratio would lose the label."""
+    small label print). Each "m" read is also tried as "rn": small print's "rn" is read as "m" so often
+    ('Sumame', 'Sumtame' for 'Surname') that a plain ratio would lose the label. Only that way round: comparing
+    "rn" as "m" on both sides shortens the labels, and short debris ('Suae') would then pass for one."""
     best, best_ratio = None, 0.0
     for part in re.split(r"[/|]", text):
-        folded = _fold(part).lower().replace("rn", "m")
+        folded = _fold(part).lower()
         if not folded:
             continue
         for kind, words in _LABELS.items():
-            for word in words:
-                ratio = difflib.SequenceMatcher(None, folded, word.replace("rn", "m")).ratio()
+            for word, read in itertools.product(words, _rn_readings(folded)):
+                ratio = difflib.SequenceMatcher(None, read, word).ratio()
                 if ratio > best_ratio:
                     best, best_ratio = kind, ratio
     return best if best_ratio >= 0.8 else None
+
+
+def _rn_readings(text: str) -> set[str]:
+    """`text`, and `text` with each one of its first three "m"s, or all of them, read as "rn"."""
+    spots = [i for i, c in enumerate(text) if c == "m"][:3]
+    return {text, text.replace("m", "rn")} | {text[:i] + "rn" + text[i + 1:] for i in spots}
 
 
 def _value_below(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
