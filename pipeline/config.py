@@ -85,7 +85,8 @@ class Settings(BaseSettings):
     batch_size: int = Field(16, ge=1, le=1024, description="documents per Prefect task")
     flush_every: int = Field(500, ge=1, description="documents per Parquet file; a crash loses at most this many")
     hybrid_vlm: Literal["openai", "vllm"] = Field("openai", description="the VLM the hybrid backend escalates to")
-    hybrid_threshold: float = Field(0.9, ge=0, le=1, description="OCR field confidence below which hybrid escalates")
+    # the documented auto-accept threshold: what the OCR alone would not auto-accept is what the model is asked about
+    hybrid_threshold: float = Field(0.95, ge=0, le=1, description="OCR field confidence below which hybrid escalates")
     prepare: PrepareSettings = Field(default_factory=PrepareSettings)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
     vllm: VllmSettings = Field(default_factory=VllmSettings)

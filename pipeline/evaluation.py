@@ -79,7 +79,8 @@ def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
         fields = outcome.extraction.fields
         predicted = {k: fields.get(k) for k in FIELD_NAMES}
         states = outcome.extraction.field_states
-        confidence = min((states[k].confidence for k in FIELD_NAMES if k in states), default=1.0)
+        # a field without a confidence (a model's answer) is not auto-accepted, as on the review page
+        confidence = min(states[k].confidence if k in states else 0.0 for k in FIELD_NAMES)
         failure = None
         ex = outcome.extraction
         evidence = {k: (evidence_class(k, fields.get("doc_type"), ex.checks, ex.check_failures), states[k].confidence)

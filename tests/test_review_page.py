@@ -139,3 +139,14 @@ def test_a_missing_or_changed_source_is_named_instead_of_a_picture(reviewed_run:
     assert items[gone.name].thumbnail.data_uri is None and "gone" in items[gone.name].thumbnail.note
     assert items[changed.name].thumbnail.data_uri is None and "changed" in items[changed.name].thumbnail.note
     assert items["blurred_cn_front.jpg"].thumbnail.data_uri.startswith("data:image/jpeg;base64,")
+
+
+def test_a_record_without_confidences_is_shown_to_a_person() -> None:
+    """A model's answer carries no confidence (nothing measured how often it is right): it is not auto-accepted;
+    an embedded reading's own confidences decide (an absent field is sure, 1.0)."""
+    from pipeline.review.queue import record_confidence
+
+    model = {"name_confidence": None, "id_number_confidence": None, "expiry_date_confidence": None}
+    assert record_confidence(model) == 0.0 < THRESHOLD
+    embedded = {"name_confidence": 0.99, "id_number_confidence": 0.98, "expiry_date_confidence": 1.0}
+    assert record_confidence(embedded) == pytest.approx(0.98)

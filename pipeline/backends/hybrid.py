@@ -3,12 +3,14 @@
 Why: most pages in a nightly batch are clean, and for those the OCR plus check digits is both free and
 verifiable. A page goes to the VLM only when the OCR reading fails validation or a field's confidence is below
 `threshold`. When both have read a page, agreement is evidence (confidence goes up, `cross.ocr_vs_vlm` passes)
-and disagreement is recorded (`cross.ocr_vs_vlm` in `check_failures`, confidence down).
+and disagreement is recorded (`cross.ocr_vs_vlm` in `check_failures`, confidence down); a value the OCR's checks
+vouch for is never replaced by the model's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pipeline.backends.base import ExtractionBackend
 from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, FieldReading, PreparedImage
@@ -30,23 +32,38 @@ def needs_vlm(reading: Extraction | Failure, threshold: float) -> bool:
 
 
 def reconcile(ocr: Extraction | Failure, vlm: Extraction) -> Extraction:
-    """The VLM answer, with OCR agreement as evidence: per field, agreement lifts confidence, a clash lowers it."""
-    if isinstance(ocr, Failure):
-        return vlm
-    same = [k for k in FIELD_NAMES if ocr.fields.get(k) == vlm.fields.get(k)]
-    states = {}
-    for name in FIELD_NAMES:
-        value = vlm.fields.get(name)
-        state = "present" if value is not None else "absent"
-        base = ocr.field_states[name].confidence if name in ocr.field_states else 0.5
-        states[name] = FieldReading(value, state, min(1.0, base + 0.2) if name in same else base * 0.5)
+    """One reading of a page both backends read. An OCR reading that passes its checks is the record and the VLM
+    answer evidence, field by field: agreement lifts the field's confidence, a clash halves it and keeps the OCR's
+    value (its checks are about its values: an answer contradicting a passing checksum, or naming a field the OCR
+    read as absent, is not stored over it), and a field the OCR could not read takes the answer's value unmeasured
+    (confidence 0: a person sees it). An OCR reading that fails its checks is no evidence: the answer stands alone.
+    `cross.ocr_vs_vlm` passes only when the two agree on every field."""
     check = "cross.ocr_vs_vlm"
-    agree = len(same) == len(FIELD_NAMES)
-    vlm.field_states = states
-    vlm.checks = sorted(set(vlm.checks) | set(ocr.checks) | ({check} if agree else set()))
-    vlm.check_failures = sorted(set(vlm.check_failures) | ({check} if not agree else set()))
-    vlm.backend = f"hybrid:{vlm.backend}"
-    return vlm
+    agree = isinstance(ocr, Extraction) and all(ocr.fields.get(k) == vlm.fields.get(k) for k in FIELD_NAMES)
+    if not passes_checks(ocr):
+        vlm.backend = f"hybrid:{vlm.backend}"
+        if isinstance(ocr, Extraction) and not agree:
+            vlm.check_failures = sorted({*vlm.check_failures, check})
+        return vlm
+    assert isinstance(ocr, Extraction)
+    fields, states = dict(ocr.fields), {}
+    if fields.get("doc_type") in (None, "unknown"):
+        fields["doc_type"] = vlm.fields.get("doc_type")
+    for name in FIELD_NAMES:
+        own, answer = ocr.field_states.get(name), vlm.fields.get(name)
+        if own is None or own.state == "unreadable":
+            fields[name] = answer
+            states[name] = FieldReading(answer, "present" if answer is not None else "unreadable", 0.0)
+        elif own.value == answer:
+            states[name] = FieldReading(own.value, own.state, min(1.0, own.confidence + 0.2))
+        else:
+            states[name] = FieldReading(own.value, own.state, own.confidence * 0.5)
+    return replace(ocr, fields=fields, field_states=states, backend=f"hybrid:{vlm.backend}", model=vlm.model,
+                   checks=sorted(set(ocr.checks) | ({check} if agree else set())),
+                   check_failures=sorted(set(ocr.check_failures) | ({check} if not agree else set())),
+                   raw_response=vlm.raw_response, endpoint=vlm.endpoint, prompt_tokens=vlm.prompt_tokens,
+                   completion_tokens=vlm.completion_tokens, latency_ms=ocr.latency_ms + vlm.latency_ms,
+                   attempts=vlm.attempts)
 
 
 class HybridBackend:

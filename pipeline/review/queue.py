@@ -159,9 +159,11 @@ class ReviewQueue:
 
 
 def record_confidence(row: dict[str, Any]) -> float:
-    """A record's confidence: its least confident field (as in `idflow eval`'s auto-accept)."""
+    """A record's confidence: its least confident field (as in `idflow eval`'s auto-accept). A field without a
+    confidence (a model's answer: nothing has measured how often such answers are right) counts as 0, so the
+    record is shown to a person instead of being accepted unseen."""
     values = [row.get(f"{name}_confidence") for name in FIELD_NAMES]
-    return min((float(v) for v in values if v is not None), default=1.0)
+    return min(0.0 if v is None else float(v) for v in values)
 
 
 def run_summary(out_dir: Path, run_id: str | None) -> dict[str, Any]:
