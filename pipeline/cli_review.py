@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from pipeline.cli_common import config_error, console
-from pipeline.masking import mask_id
+from pipeline.masking import mask_id, redact
 
 
 def review(
@@ -67,9 +68,10 @@ def print_corrections(out: Path, limit: int = 20) -> None:
     for col in ("source path", "page", "decision", "who", "when", "doc type", "name", "id number", "expiry date"):
         table.add_column(col, overflow="fold")
     for row in sorted(latest.values(), key=lambda r: r["when"], reverse=True)[:limit]:
-        table.add_row(row["source_path"], str(row["page"]), row["decision"], row["who"],
-                      row["when"].strftime("%Y-%m-%d %H:%M"), row["doc_type_after"] or "", row["name_after"] or "",
-                      mask_id(row["id_number_after"]) or "", row["expiry_date_after"] or "")
+        # text people and file names chose: masked (a number inside a file name too) and never read as markup
+        cells = (row["source_path"], row["page"], row["decision"], row["who"], row["when"].strftime("%Y-%m-%d %H:%M"),
+                 row["doc_type_after"], row["name_after"], mask_id(row["id_number_after"]), row["expiry_date_after"])
+        table.add_row(*("" if c is None else escape(redact(str(c))) for c in cells))
     console.print(table)
 
 

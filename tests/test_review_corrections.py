@@ -3,6 +3,7 @@ merged view `final_records`, and the retry leaving a document a person decided o
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -91,3 +92,23 @@ def test_the_retry_leaves_a_corrected_document_alone(queue: tuple[Path, Path]) -
     assert [e.source_path for e in open_entries(out)[0]] == ["b.png"]
     backend = FakeBackend()
     assert retry(out, backend, "r2").resolved == 0 and backend.calls == 0
+
+
+def test_show_lists_corrections_masked_and_as_text(tmp_path: Path) -> None:
+    """`idflow show`'s table of decisions: a number inside a file name is masked as everywhere on the console, and
+    names a person or a file chose ('ops [/team]', 'x[/b].jpg') are text, not markup (rich raised on them)."""
+    from pipeline.cli_common import console
+    from pipeline.cli_review import print_corrections
+
+    corr = dataclasses.replace(_correction("a" * 64, who="ops [/team]", name="ZHANG SAN"),
+                               source_path="x[/b]/zhang110101199003071233.jpg")
+    write_corrections(tmp_path, [corr])
+    width, console.width = console.width, 400  # one line a row: nothing folded across lines
+    try:
+        with console.capture() as captured:
+            print_corrections(tmp_path)
+    finally:
+        console.width = width
+    shown = captured.get()
+    assert "110101199003071233" not in shown and "zhang1101" in shown
+    assert "ops [/team]" in shown and "x[/b]/" in shown
