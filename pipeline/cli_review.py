@@ -22,7 +22,7 @@ def review(
     interactive: Annotated[bool, typer.Option(
         help="ask for corrections in the Prefect UI (review flow; needs PREFECT_API_URL)")] = False,
     threshold: Annotated[Optional[float], typer.Option(
-        min=0, max=1, help="auto-accept threshold (default IDFLOW_REVIEW_THRESHOLD, 0.9)")] = None,
+        min=0, max=1, help="auto-accept threshold (default IDFLOW_REVIEW_THRESHOLD, 0.95)")] = None,
     limit: Annotated[int, typer.Option(min=1, help="--interactive: documents asked about in this session")] = 20,
     reviewer: Annotated[str, typer.Option(envvar="IDFLOW_REVIEWER",
                                           help="--interactive: prefilled reviewer name")] = "",
