@@ -8,7 +8,16 @@ caller, the same validation. There is no repair turn: a batch is one shot per pa
 Why a manifest beside the requests (`FILE.manifest.jsonl`): the results table needs each page's source path
 and preparation facts (sizes, rotation, visual tokens), and the batch format allows only `custom_id`, which is
 the document key `sha256:page`. The manifest keeps them, plus the pages that failed before any request, so an
-import accounts for every page of the export without the source files or the preparation code.
+import accounts for every page of the export without the source files or the preparation code. A manifest that
+is not exactly what an export writes (hand-edited, cut short) is refused with the line at fault: a page's
+identity or sizes are never guessed.
+
+Why every odd output line costs its own page only: an output file holds a night of paid answers, so one line
+that cannot be used must not lose the others. Each line is judged as the live backend judges a response
+(`usage_tokens`, `answer_text`): usage that is not a count is 0 tokens, content that is not text is a retryable
+`server_error`. A line that is not JSON (a file cut short) names no page for sure, so it is counted as
+unattributed and its page, without a usable line, fails retryably (re-export it, or run it live). A UTF-8 BOM
+is read as nothing.
 """
 
 from __future__ import annotations
@@ -18,18 +27,21 @@ import logging
 import os
 import re
 from collections.abc import AsyncIterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from types import SimpleNamespace
+from typing import Any, TextIO, get_args
 
 import httpx
 import openai
 
 from pipeline.backends.answer_parsing import AnswerError, parse_answer
-from pipeline.backends.http_errors import classify
-from pipeline.backends.openai_compat import RAW_LIMIT, encode_jpeg, jpeg_data_url, response_format, user_message
+from pipeline.backends.http_errors import classify, not_a_completion
+from pipeline.backends.openai_compat import (RAW_LIMIT, encode_jpeg, jpeg_data_url, response_format, usage_tokens,
+                                             user_message)
 from pipeline.config import OpenAISettings
-from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason
+from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Stage
+from pipeline.masking import redact
 from pipeline.prompts import PROMPT_VERSION, load_prompt
 
 log = logging.getLogger(__name__)
@@ -37,7 +49,8 @@ log = logging.getLogger(__name__)
 BACKEND = "batch"
 CHAT_URL = "/v1/chat/completions"
 MANIFEST_FORMAT = 1
-_CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"([^"]+)"')  # to attribute a line that is not valid JSON
+# Only to say, in its page's failure, that a line that is not JSON seemed to name it (never to attribute it).
+_CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"([^"]+)"')
 
 
 def manifest_path(requests_path: Path) -> Path:
@@ -103,14 +116,40 @@ class BatchManifest:
 
 
 def read_manifest(path: Path) -> BatchManifest:
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not lines or lines[0].get("idflow_batch_manifest") != MANIFEST_FORMAT:
+    """The export's manifest. Raises `ValueError` naming the line at fault for anything an export does not write
+    (not JSON, a missing or extra key, a value of the wrong type): the CLI turns it into a configuration error."""
+    entries: list[tuple[int, Any]] = []
+    # split on "\n" only: str.splitlines() would also cut at U+2028 or \x85 inside a file name
+    for number, line in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), 1):
+        if line.strip():
+            try:
+                entries.append((number, json.loads(line)))
+            except (ValueError, RecursionError) as exc:
+                raise ValueError(f"line {number} is not JSON ({exc})") from None
+    header = entries[0][1] if entries else None
+    if not isinstance(header, dict) or header.get("idflow_batch_manifest") != MANIFEST_FORMAT:
         raise ValueError(f"{path} is not an idflow batch manifest (written by `idflow batch export`)")
-    header, entries = lines[0], lines[1:]
-    pages = {e["custom_id"]: _prepared_from_json(e) for e in entries if "custom_id" in e}
-    failures = [Failure(**{**e["failure"], "reason": Reason(e["failure"]["reason"])}) for e in entries
-                if "failure" in e]
+    for key in ("model", "fingerprint"):
+        _expect(isinstance(header.get(key), str) and header[key], entries[0][0], f"the header's {key} is not text")
+    pages: dict[str, PreparedImage] = {}
+    failures: list[Failure] = []
+    for number, entry in entries[1:]:
+        if isinstance(entry, dict) and set(entry) == {"failure"}:
+            failures.append(_failure_from_json(entry["failure"], number))
+            continue
+        _expect(isinstance(entry, dict) and set(entry) == {"custom_id", "ref", "prepared"}, number,
+                "an entry holds either custom_id, ref and prepared, or failure, and nothing else")
+        page = _prepared_from_json(entry, number)
+        _expect(entry["custom_id"] == page.ref.key, number, "custom_id is not the ref's sha256:page")
+        _expect(page.ref.key not in pages, number, f"page {page.ref.key} is listed twice")
+        pages[page.ref.key] = page
     return BatchManifest(header["model"], header["fingerprint"], pages, failures)
+
+
+def _expect(condition: object, number: int, problem: str) -> None:
+    if not condition:
+        raise ValueError(f"line {number}: {problem} (a manifest is written by `idflow batch export`; export again "
+                         "rather than edit it)")
 
 
 def find_manifest(output_path: Path) -> Path | None:
@@ -122,84 +161,144 @@ def find_manifest(output_path: Path) -> Path | None:
 @dataclass(slots=True)
 class ImportReport:
     outcomes: list[Extraction | Failure]  # one per page of the manifest, in its order
-    unattributed_lines: int  # output lines with no known custom_id (counted, and their page fails as missing)
+    unattributed_lines: int  # lines naming no page of this export for sure (not JSON, unknown custom_id)
+    duplicate_lines: int = 0  # lines for a page that already had one (the better outcome is kept)
+    conflicting: list[str] = field(default_factory=list)  # pages with two different answers: the first is kept
 
 
 def import_responses(path: Path, manifest: BatchManifest) -> ImportReport:
     """Turn a Batch API output file into one Extraction or Failure per exported page (validation is the
-    caller's). A page without a usable line fails retryably: re-export it, or run it live."""
+    caller's). A page without a usable line fails retryably: re-export it, or run it live.
+
+    Several lines for one page (an output concatenated with a re-run of its failures; a provider that retried):
+    whatever their order, an answer that parsed beats a model answer that did not (kept for a person in
+    `raw_response`), which beats a request that failed; among equals the first line is kept. Two answers that
+    parsed to different fields were both paid for, and which one is right cannot be known here (validation is
+    the caller's, and passing it does not make an answer true): the first is kept, and the page is listed in
+    `conflicting` so the import says so and a person can compare them.
+    """
     answers: dict[str, Extraction | Failure] = {}
-    unattributed = 0
+    named_by_broken_lines: set[str] = set()
+    report = ImportReport([], 0)
     source = f"batch:{path.name}"
-    with path.open(encoding="utf-8", errors="replace") as lines:
+    with path.open(encoding="utf-8-sig", errors="replace") as lines:  # -sig: a BOM on line 1 is read as nothing
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             custom_id, outcome = _read_line(line, manifest, source)
             if custom_id is None or outcome is None:
-                unattributed += 1
-                log.warning("%s line %d: no custom_id of this export; ignored", path.name, number)
-            elif custom_id in answers:
-                log.warning("%s line %d: a second answer for %s; the first is kept", path.name, number, custom_id)
-            else:
+                report.unattributed_lines += 1
+                if custom_id is not None:
+                    named_by_broken_lines.add(custom_id)
+                log.warning("%s line %d: %s; ignored", path.name, number,
+                            "not JSON (cut short?)" if custom_id else "no custom_id of this export")
+                continue
+            kept = answers.get(custom_id)
+            if kept is None:
                 answers[custom_id] = outcome
-    outcomes = [answers.get(key) or Failure.for_ref(prepared.ref, "request", Reason.SERVER_ERROR,
-                                                    f"no answer for this page in {path.name}", attempts=0,
-                                                    backend=BACKEND)
-                for key, prepared in manifest.pages.items()]
-    return ImportReport(outcomes, unattributed)
+                continue
+            report.duplicate_lines += 1
+            if _rank(outcome) > _rank(kept):
+                answers[custom_id] = outcome
+                log.info("%s line %d: a better answer for %s than an earlier line's; this one is kept", path.name,
+                         number, custom_id)
+            elif isinstance(outcome, Extraction) and isinstance(kept, Extraction) and outcome.fields != kept.fields:
+                if custom_id not in report.conflicting:
+                    report.conflicting.append(custom_id)
+                log.warning("%s line %d: a second, different answer for %s; the first is kept", path.name, number,
+                            custom_id)
+            else:
+                log.info("%s line %d: a second line for %s; the first is kept", path.name, number, custom_id)
+    report.outcomes = [answers.get(key) or _no_answer(prepared.ref, path.name, key in named_by_broken_lines)
+                       for key, prepared in manifest.pages.items()]
+    return report
+
+
+def _rank(outcome: Extraction | Failure) -> int:
+    """How much of an answer a line holds (see `import_responses`): a parsed answer, an unparsed one, none."""
+    if isinstance(outcome, Extraction):
+        return 2
+    return 1 if outcome.stage == "parse" else 0
+
+
+def _no_answer(ref: DocumentRef, name: str, named_by_broken_line: bool) -> Failure:
+    hint = " (a line that is not JSON seems to name it: a truncated file?)" if named_by_broken_line else ""
+    return Failure.for_ref(ref, "request", Reason.SERVER_ERROR, f"no answer for this page in {name}{hint}",
+                           attempts=0, backend=BACKEND)
 
 
 def _read_line(line: str, manifest: BatchManifest, source: str) -> tuple[str | None, Extraction | Failure | None]:
-    """(custom_id, outcome) of one output line; (None, None) when the line names no page of this export. A line
-    that is not JSON still fails its own page when its custom_id can be read (a truncated last line)."""
+    """(custom_id, outcome) of one output line; (None, None) when the line names no page of this export;
+    (custom_id, None) when the line is not JSON but seems to name that page (said in its failure, never used as
+    its answer: which page a broken line belongs to is a guess). Whatever is odd inside a line of a known page
+    costs that page only: an error nobody foresaw becomes its `internal_error`."""
     try:
         item = json.loads(line)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError):
         match = _CUSTOM_ID.search(line)
-        if match is None or match.group(1) not in manifest.pages:
-            return None, None
-        return match.group(1), Failure.for_ref(manifest.pages[match.group(1)].ref, "parse", Reason.INVALID_JSON,
-                                               f"output line is not JSON ({exc.msg}); truncated file?",
-                                               raw_response=line[:RAW_LIMIT], backend=BACKEND)
+        return (match.group(1) if match is not None and match.group(1) in manifest.pages else None), None
     custom_id = item.get("custom_id") if isinstance(item, dict) else None
     if not isinstance(custom_id, str) or custom_id not in manifest.pages:
         return None, None
-    return custom_id, _answer(manifest.pages[custom_id].ref, item, manifest.model, source)
+    ref = manifest.pages[custom_id].ref
+    try:
+        return custom_id, _answer(ref, item, manifest.model, source)
+    except Exception as exc:  # noqa: BLE001 - one odd line must not cost the other answers
+        return custom_id, Failure.for_ref(ref, "internal", Reason.INTERNAL_ERROR,
+                                          redact(f"{type(exc).__name__}: {exc}")[:500], backend=BACKEND)
 
 
 def _answer(ref: DocumentRef, item: dict[str, Any], model: str, source: str) -> Extraction | Failure:
+    """One answered line, judged as the live backend judges a response (`answer_text`, `usage_tokens`)."""
     response = item.get("response")
     status = response.get("status_code") if isinstance(response, dict) else None
     body: Any = response.get("body") if isinstance(response, dict) else None
     if status != 200 or item.get("error"):
         return _request_failure(ref, status, body, item.get("error"), model, source)
-    try:
-        content = body["choices"][0]["message"]["content"]
-        usage = body.get("usage") or {}
-    except (KeyError, IndexError, TypeError):
+    if not isinstance(body, dict):
+        return _not_a_completion(ref, source, "a body that is not a JSON object", body, (0, 0))
+    tokens = usage_tokens(SimpleNamespace(usage=_attributes(body.get("usage"))))
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
         return Failure.for_ref(ref, "parse", Reason.NO_JSON, "the response body has no choices[0].message",
-                               raw_response=json.dumps(body)[:RAW_LIMIT], backend=BACKEND)
+                               raw_response=json.dumps(body)[:RAW_LIMIT], backend=BACKEND,
+                               prompt_tokens=tokens[0], completion_tokens=tokens[1])
+    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(message, dict) or not isinstance(content, (str, type(None))):
+        return _not_a_completion(ref, source, "a choice without text content", choices[0], tokens)
     try:
         fields = parse_answer(content)
     except AnswerError as exc:
         return Failure.for_ref(ref, "parse", exc.reason, exc.detail, raw_response=(content or "")[:RAW_LIMIT],
-                               backend=BACKEND)
+                               backend=BACKEND, prompt_tokens=tokens[0], completion_tokens=tokens[1])
     return Extraction(ref=ref, fields=fields, backend=BACKEND, model=str(body.get("model") or model),
-                      raw_response=content, endpoint=source, prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                      completion_tokens=int(usage.get("completion_tokens") or 0))
+                      raw_response=content, endpoint=source, prompt_tokens=tokens[0], completion_tokens=tokens[1])
+
+
+def _attributes(value: Any) -> Any:
+    """A JSON object as an object with attributes (what `usage_tokens` reads from the SDK's response)."""
+    return SimpleNamespace(**value) if isinstance(value, dict) else value
+
+
+def _not_a_completion(ref: DocumentRef, source: str, what: str, raw: Any, tokens: tuple[int, int]) -> Failure:
+    error = not_a_completion(source, what)  # the live backend's verdict: a retryable server_error
+    return Failure.for_ref(ref, "request", error.reason, error.detail, raw_response=json.dumps(raw)[:RAW_LIMIT],
+                           backend=BACKEND, prompt_tokens=tokens[0], completion_tokens=tokens[1])
 
 
 def _request_failure(ref: DocumentRef, status: Any, body: Any, error: Any, model: str, source: str) -> Failure:
     """A request the batch could not answer, classified as a live HTTP error would be (same reasons, same
     fixes); a line-level error without a status (e.g. `batch_expired`) is retryable."""
-    if isinstance(status, int) and status != 200:
+    if type(status) is int and status != 200 and 100 <= status <= 599:
         response = httpx.Response(status, json=body, request=httpx.Request("POST", f"http://batch{CHAT_URL}"))
         # Only status_code, headers and body are read; openai >= 3 annotates its own httpx fork here.
         exc = openai.APIStatusError(f"HTTP {status}", response=response, body=body)  # type: ignore[arg-type]
         classified = classify(exc, base_url=source, model=model)
         return Failure.for_ref(ref, "request", classified.reason, classified.diagnosis, backend=BACKEND)
     message = (error.get("message") or error.get("code")) if isinstance(error, dict) else error
+    if not message:
+        message = f"no answer (status {json.dumps(status)})"
     return Failure.for_ref(ref, "request", Reason.SERVER_ERROR, f"batch error for this request: {message}",
                            backend=BACKEND)
 
@@ -217,14 +316,57 @@ def _prepared_json(page: PreparedImage) -> dict[str, Any]:
             "orientation": page.orientation, "visual_tokens": page.visual_tokens}
 
 
-def _prepared_from_json(entry: dict[str, Any]) -> PreparedImage:
-    ref = DocumentRef(**{**entry["ref"], "path": Path(entry["ref"]["path"])})
-    p = entry["prepared"]
-    original_w, original_h = p["original_size"]
-    sent_w, sent_h = p["sent_size"]
-    return PreparedImage(ref=ref, pixels=None, original_size=(original_w, original_h), sent_size=(sent_w, sent_h),
-                         rotation_applied=p["rotation_applied"], skew_corrected=p["skew_corrected"],
-                         orientation=p["orientation"], visual_tokens=p["visual_tokens"])
+_REF_KEYS = {"path", "rel_path", "sha256", "page", "page_count"}
+_PREPARED_KEYS = {"original_size", "sent_size", "rotation_applied", "skew_corrected", "orientation", "visual_tokens"}
+_FAILURE_KEYS = {"rel_path", "sha256", "page", "stage", "reason", "detail", "attempts", "backend"}
+
+
+def _count(value: Any, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _size(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(_count(v, 1) for v in value)
+
+
+def _prepared_from_json(entry: dict[str, Any], number: int) -> PreparedImage:
+    r, p = entry["ref"], entry["prepared"]
+    _expect(isinstance(r, dict) and set(r) == _REF_KEYS, number, f"ref must hold exactly {sorted(_REF_KEYS)}")
+    _expect(all(isinstance(r[k], str) and r[k] for k in ("path", "rel_path", "sha256")), number,
+            "ref's path, rel_path and sha256 must be text")
+    _expect(_count(r["page"]) and _count(r["page_count"], 1) and r["page"] < r["page_count"], number,
+            "ref's page must be a count below page_count")
+    _expect(isinstance(p, dict) and set(p) == _PREPARED_KEYS, number,
+            f"prepared must hold exactly {sorted(_PREPARED_KEYS)}")
+    _expect(_size(p["original_size"]) and _size(p["sent_size"]), number,
+            "original_size and sent_size must be [width, height] in pixels")
+    _expect(_count(p["rotation_applied"]) and p["rotation_applied"] in (0, 90, 180, 270), number,
+            "rotation_applied must be 0, 90, 180 or 270")
+    _expect(isinstance(p["skew_corrected"], (int, float)) and not isinstance(p["skew_corrected"], bool), number,
+            "skew_corrected must be a number of degrees")
+    _expect(p["orientation"] in ("landscape", "portrait"), number, "orientation must be landscape or portrait")
+    _expect(_count(p["visual_tokens"]), number, "visual_tokens must be a count")
+    ref = DocumentRef(path=Path(r["path"]), rel_path=r["rel_path"], sha256=r["sha256"], page=r["page"],
+                      page_count=r["page_count"])
+    return PreparedImage(ref=ref, pixels=None, original_size=(p["original_size"][0], p["original_size"][1]),
+                         sent_size=(p["sent_size"][0], p["sent_size"][1]), rotation_applied=p["rotation_applied"],
+                         skew_corrected=float(p["skew_corrected"]), orientation=p["orientation"],
+                         visual_tokens=p["visual_tokens"])
+
+
+def _failure_from_json(f: Any, number: int) -> Failure:
+    _expect(isinstance(f, dict) and set(f) == _FAILURE_KEYS, number,
+            f"failure must hold exactly {sorted(_FAILURE_KEYS)}")
+    _expect(isinstance(f["rel_path"], str) and f["rel_path"] and isinstance(f["detail"], str), number,
+            "failure's rel_path and detail must be text")
+    _expect(f["sha256"] is None or isinstance(f["sha256"], str), number, "failure's sha256 must be text or null")
+    _expect(f["page"] is None or _count(f["page"]), number, "failure's page must be a count or null")
+    _expect(f["stage"] in get_args(Stage), number, f"failure's stage must be one of {list(get_args(Stage))}")
+    _expect(f["reason"] in {str(r) for r in Reason}, number, "failure's reason is not a reason code")
+    _expect(_count(f["attempts"]), number, "failure's attempts must be a count")
+    _expect(f["backend"] is None or isinstance(f["backend"], str), number, "failure's backend must be text or null")
+    return Failure(rel_path=f["rel_path"], sha256=f["sha256"], page=f["page"], stage=f["stage"],
+                   reason=Reason(f["reason"]), detail=f["detail"], attempts=f["attempts"], backend=f["backend"])
 
 
 def _failure_json(failure: Failure) -> dict[str, Any]:

@@ -218,6 +218,22 @@ def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
         console.print(table)
 
 
+# What `print_summary` reads; a summary written by an older idflow (a `batch import` before it kept a run's
+# accounting) may lack them.
+_SUMMARY_KEYS = ("run_id", "backend", "seen", "results", "failures", "skipped", "accounted", "failures_by_reason",
+                 "docs_per_s", "elapsed_s", "visual_tokens", "prompt_tokens", "completion_tokens")
+
+
+def _print_partial_summary(summary: dict) -> None:
+    """What an older run summary holds, as it is, with a note that its accounting was not recorded."""
+    console.print(f"run {summary.get('run_id', '?')} ({summary.get('backend', '?')}): this summary has no "
+                  "accounting (seen = results + failures + skipped was not recorded by the idflow that wrote it)",
+                  markup=False)
+    for key, value in summary.items():
+        if key not in ("run_id", "backend") and not key.endswith("_hex"):  # *_hex: the exact bytes of a name
+            console.print(f"  {key}: {redact(str(value))}", markup=False)
+
+
 @app.command()
 def show(out: Annotated[Path, typer.Argument(help="output folder of a previous run")] = Path("out")) -> None:
     """Print the latest run summary and the first rows of the results and the failure queue."""
@@ -226,7 +242,10 @@ def show(out: Annotated[Path, typer.Argument(help="output folder of a previous r
     summary = latest_run_summary(out)
     if summary is None:
         raise config_error(f"no idflow run found in {out}")
-    print_summary(summary)
+    if all(key in summary for key in _SUMMARY_KEYS):
+        print_summary(summary)
+    else:
+        _print_partial_summary(summary)
     show_rows(out)
     print_corrections(out)
 

@@ -11,7 +11,7 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from pydantic import ValidationError
@@ -22,7 +22,8 @@ from pipeline.datamodel import Failure, PreparedImage, Record, Skipped
 from pipeline.vllm.settings import VllmSettings
 
 if TYPE_CHECKING:
-    from pipeline.batch_files import BatchManifest
+    from pipeline.batch_files import BatchManifest, ImportReport
+    from pipeline.datamodel import Extraction
 
 vllm_app = typer.Typer(no_args_is_help=True, help="Local vLLM servers, one per GPU, for `--backend vllm`.")
 batch_app = typer.Typer(no_args_is_help=True, help="OpenAI Batch JSONL files for `vllm run-batch` or a batch API.")
@@ -184,52 +185,122 @@ def import_(
                                                           "*.manifest.jsonl beside FILE]")] = None,
     wait: Annotated[bool, typer.Option(help="wait for a run writing OUT instead of refusing (exit 2)")] = False,
 ) -> None:
-    """Parse and validate every answer; write results and the failure queue as a run would."""
+    """Parse and validate every answer; write results and the failure queue as a run would. Pages OUT already
+    has a result for are skipped (`already_done`). Exit 0 when every page of the export is accounted for."""
     from pipeline.batch_files import find_manifest, import_responses, read_manifest
-    from pipeline.datamodel import Extraction
-    from pipeline.engine import finish
+    from pipeline.masking import redact
     from pipeline.output_lock import OutputBusy
+    from pipeline.store import OutputUnreadable
 
     settings, _ = _settings()
     if not file.is_file():
         raise config_error(f"batch output {file} not found")
+    if manifest is not None and not manifest.is_file():
+        raise config_error(f"manifest {manifest} not found (--manifest names the export's *.manifest.jsonl)")
     manifest = manifest or find_manifest(file)
     if manifest is None:
         raise config_error(f"no single *.manifest.jsonl beside {file}: pass --manifest")
     try:
         recorded = read_manifest(manifest)
-    except (ValueError, KeyError) as exc:
+    except (ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
         raise config_error(f"{manifest}: {exc}") from None
-    report = import_responses(file, recorded)
-    run_id = str(uuid.uuid4())
-    outcomes = [finish(o, recorded.pages[o.ref.key]) if isinstance(o, Extraction) else o
-                for o in report.outcomes]
     try:
-        demoted = asyncio.run(_store_import(out, run_id, recorded, [*outcomes, *recorded.failures],
-                                            flush_every=settings.flush_every, wait=wait))
-    except OutputBusy as exc:
+        report = import_responses(file, recorded)
+    except OSError as exc:
+        raise config_error(f"batch output {file} cannot be read: {exc}") from None
+    run_id = str(uuid.uuid4())
+    outcomes = [*(_validated(o, page) for o, page in zip(report.outcomes, recorded.pages.values(), strict=True)),
+                *recorded.failures]
+    try:
+        summary = asyncio.run(_store_import(out, run_id, file, recorded, report, outcomes, settings, wait=wait))
+    except (OutputBusy, OutputUnreadable) as exc:  # one run writes OUT at a time; OUT damaged from outside
         raise config_error(str(exc)) from None
-    results = sum(isinstance(o, Record) for o in outcomes) - demoted
-    typer.echo(f"run {run_id}: {results} results, {len(outcomes) + len(recorded.failures) - results} failures "
-               f"-> {out}" + (f"; {report.unattributed_lines} output lines matched no exported page"
-                             if report.unattributed_lines else ""))
+    skipped, shown_out = summary["skipped"], redact(str(out))  # folder names may hold document numbers
+    typer.echo(f"run {run_id}: {summary['results']} results, {summary['failures']} failures, {skipped} skipped -> "
+               f"{shown_out}; seen = results + failures + skipped: {'yes' if summary['accounted'] else 'NO'}")
+    if skipped:
+        typer.echo(f"{skipped} pages skipped: {shown_out} already has a result for them (import into another "
+                   "folder to keep these answers too)")
+    if report.unattributed_lines:
+        typer.echo(f"{report.unattributed_lines} output lines matched no exported page (not JSON, or an unknown "
+                   "custom_id); a page without a usable line is in the failure queue, retryable")
+    if report.conflicting:  # document keys (content hashes), not document numbers
+        shown = ", ".join(report.conflicting[:3]) + (" ..." if len(report.conflicting) > 3 else "")
+        typer.echo(f"{len(report.conflicting)} pages have two different answers in {redact(file.name)}; the first "
+                   f"line's was kept: {shown}")
+    raise typer.Exit(0 if summary["accounted"] else 1)
 
 
-async def _store_import(out: Path, run_id: str, recorded: BatchManifest, outcomes: list[Record | Failure], *,
-                        flush_every: int, wait: bool) -> int:
-    """Write the imported outcomes under OUT's lock, with a run summary naming the exported folder so the retry
-    can find failed documents again. Returns how many results were stored as failures instead."""
+def _validated(outcome: Extraction | Failure, prepared: PreparedImage) -> Record | Failure:
+    """The engine's validate stage for one imported answer; a bug there costs that page only, as in a run."""
+    from pipeline.engine import finish, internal_failure
+
+    try:
+        return finish(outcome, prepared)
+    except Exception as exc:  # noqa: BLE001
+        return internal_failure(prepared.ref, exc, outcome.backend)
+
+
+async def _store_import(out: Path, run_id: str, file: Path, recorded: BatchManifest, report: ImportReport,
+                        outcomes: list[Record | Failure], settings: Settings, *, wait: bool) -> dict[str, Any]:
+    """Write the imported outcomes under OUT's lock and return the run summary, written with a run's accounting
+    (`seen = results + failures + skipped`) and naming the exported folder so the retry can find failed
+    documents again.
+
+    What is already done is read under the lock, as a run does. A page counts as done, and is skipped as
+    `already_done` (neither its answer nor its failure stored), when OUT holds a result for it made by *any*
+    run, not only one with the import's fingerprint. Why: an import does not extract anything; it can only add
+    a second, competing row for a document that already has one, and the usual way there is the same model read
+    the page live (`--backend vllm` has another fingerprint than the export's, which says `openai`) or the same
+    output imported twice. Skipping is visible (the import says how many, and why) and undone by importing the
+    file into another folder; a second row is silent and undone only by editing Parquet parts. Pages that only
+    failed before are not done: their new outcome is stored, as a run tries failures again, unless a person has
+    decided on them (final)."""
+    from pipeline.datamodel import SkipReason
     from pipeline.output_lock import hold_output
-    from pipeline.store import RunWriter, write_run_summary
+    from pipeline.review.corrections import corrected_keys
+    from pipeline.store import RESULTS, RunWriter, read_table, write_run_summary
+    from pipeline.tally import RunTally
 
-    writer = RunWriter(out, run_id, recorded.fingerprint, flush_every=flush_every)
+    writer = RunWriter(out, run_id, recorded.fingerprint, flush_every=settings.flush_every)
+    tally = RunTally()
     async with hold_output(out, run_id=run_id, wait=wait, on_wait=_say):
-        for outcome in outcomes:
-            writer.add(outcome)
-        writer.flush()
-        write_run_summary(out, {"run_id": run_id, "backend": "batch", "fingerprint": recorded.fingerprint,
-                                "source_dir": _export_root(recorded), "out_dir": str(out)})
-    return len(writer.demoted)
+        stored = read_table(out, RESULTS, ["sha256", "page"])  # OutputUnreadable when a part is damaged
+        done = {f"{r['sha256']}:{r['page']}" for r in stored.to_pylist()} if stored is not None else set()
+        done |= corrected_keys(out)  # a person's decision is final
+        try:
+            for outcome in outcomes:
+                tally.seen += 1
+                rel_path, sha256, page = _identity(outcome)
+                key = f"{sha256}:{page}"
+                if sha256 is not None and key in done:
+                    outcome = Skipped(rel_path, SkipReason.ALREADY_DONE, sha256, page)
+                elif isinstance(outcome, Record):
+                    done.add(key)
+                writer.add(outcome)
+                tally.add(outcome)
+        finally:
+            writer.flush()
+        for failure in writer.demoted:
+            tally.demote(failure)
+        # The summary as a run of the export's request would have it (model, prices), then what is the import's.
+        as_run = settings.model_copy(update={"backend": "openai", "openai": settings.openai.model_copy(
+            update={"model": recorded.model})})
+        summary = tally.summary(run_id=run_id, settings=as_run)
+        summary.update({"backend": "batch", "fingerprint": recorded.fingerprint,
+                        "source_dir": _export_root(recorded), "out_dir": str(out), "batch_output": str(file),
+                        "unattributed_lines": report.unattributed_lines, "duplicate_lines": report.duplicate_lines,
+                        "conflicting_answers": len(report.conflicting)})
+        write_run_summary(out, summary)
+    return summary
+
+
+def _identity(outcome: Record | Failure) -> tuple[str, str | None, int | None]:
+    """(relative path, sha256, page) of an outcome: its document key is `sha256:page` (none without a hash)."""
+    if isinstance(outcome, Record):
+        ref = outcome.extraction.ref
+        return ref.rel_path, ref.sha256, ref.page
+    return outcome.rel_path, outcome.sha256, outcome.page
 
 
 def _export_root(recorded: BatchManifest) -> str | None:

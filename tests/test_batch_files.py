@@ -112,13 +112,15 @@ def test_round_trip_with_malformed_lines(tmp_path: Path) -> None:
         output_line(keys[6], body={"object": "chat.completion"}),  # no choices
         "this is not a batch line at all",
         output_line("e" * 64 + ":0", body=completion("{}")),  # not from this export
-        output_line(keys[0], body=completion("{}")),  # a second answer: the first one counts
+        output_line(keys[0], body=completion("{}")),  # a second, different answer: the first one counts, said so
         # keys[7]: no line at all
     ]
     output = tmp_path / "results.jsonl"
     output.write_text("\n".join(lines) + "\n")
     report = import_responses(output, read_manifest(manifest_path(path)))
-    assert isinstance(report, ImportReport) and report.unattributed_lines == 2
+    # the line cut short cannot be attributed for sure: unattributed, and its page has no usable line
+    assert isinstance(report, ImportReport) and report.unattributed_lines == 3
+    assert report.duplicate_lines == 1 and report.conflicting == [keys[0]]
     outcomes = report.outcomes
     assert [o.ref.key if isinstance(o, Extraction) else f"{o.sha256}:{o.page}" for o in outcomes] == keys
     first, second = outcomes[0], outcomes[1]
@@ -131,7 +133,7 @@ def test_round_trip_with_malformed_lines(tmp_path: Path) -> None:
     assert failures[2].raw_response == "Sorry, I cannot read this document."
     assert failures[3].reason == Reason.BAD_REQUEST and "IDFLOW_MAX_PIXELS" in failures[3].detail
     assert failures[4].reason == Reason.SERVER_ERROR and failures[4].retryable and "expired" in failures[4].detail
-    assert failures[5].reason == Reason.INVALID_JSON and "truncated" in failures[5].detail
+    assert failures[5].reason == Reason.SERVER_ERROR and failures[5].retryable and "truncated" in failures[5].detail
     assert failures[6].reason == Reason.NO_JSON and "choices" in failures[6].detail
     assert failures[7].retryable and "no answer for this page" in failures[7].detail
     assert all(f.backend == "batch" and f.rel_path.startswith("doc") for f in failures.values())
