@@ -38,7 +38,8 @@ from pipeline.ingest import Discovery, walk
 from pipeline.masking import install_masking, redact
 from pipeline.output_lock import hold_output
 from pipeline.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
-from pipeline.store import FAILURES, RESULTS, RunWriter, done_keys, read_table, write_run_summary
+from pipeline.review.corrections import not_to_read_again
+from pipeline.store import FAILURES, RESULTS, RunWriter, read_table, write_run_summary
 from pipeline.tally import RunTally
 
 
@@ -93,7 +94,7 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     lock = nullcontext() if shard else hold_output(out, run_id=run_id, wait=wait_for_lock, on_wait=logger.warning)
 
     async with lock:
-        done = frozenset() if force else done_keys(out, fingerprint)
+        done = frozenset() if force else not_to_read_again(out, fingerprint)
 
         def discovered() -> Iterator[Item]:
             for item in Discovery(root, done, only=files, settings=settings.prepare, skip_dir=out.resolve()).items():

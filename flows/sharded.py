@@ -37,8 +37,9 @@ from pipeline.ingest import Discovery
 from pipeline.masking import install_masking
 from pipeline.output_lock import hold_output
 from pipeline.report import summary_markdown
+from pipeline.review.corrections import not_to_read_again
 from pipeline.tally import RunTally
-from pipeline.store import RUNS, done_keys, write_run_summary
+from pipeline.store import RUNS, write_run_summary
 
 SHARDS = "shards"
 DEFAULT_SHARD_SIZE = 2000  # files per shard: minutes of work on one machine, a few hundred shards a night
@@ -195,7 +196,7 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
 
     # OUT's lock, held for the children too: they run under it (flows/extract.py takes none for a shard).
     async with hold_output(out, run_id=run_id, wait=True, on_wait=logger.warning):
-        plan = plan_shards(root, frozenset() if force else done_keys(out, settings.fingerprint()), size, tally,
+        plan = plan_shards(root, frozenset() if force else not_to_read_again(out, settings.fingerprint()), size, tally,
                            skip_dir=out.resolve())
         while True:  # plan as shards are taken: workers start on shard 1 while the walk is still hashing
             await slots.acquire()

@@ -18,7 +18,8 @@ from pipeline.masking import mask_id, redact
 
 def review(
     out: Annotated[Path, typer.Argument(help="output folder of a previous run")] = Path("out"),
-    run: Annotated[Optional[str], typer.Option("--run", help="run id (default: the latest extract run)")] = None,
+    run: Annotated[Optional[str], typer.Option("--run", help="one run's page (default: what every run in OUT "
+                                                             "left open)")] = None,
     interactive: Annotated[bool, typer.Option(
         help="ask for corrections in the Prefect UI (review flow; needs PREFECT_API_URL)")] = False,
     threshold: Annotated[Optional[float], typer.Option(
@@ -27,7 +28,8 @@ def review(
     reviewer: Annotated[str, typer.Option(envvar="IDFLOW_REVIEWER",
                                           help="--interactive: prefilled reviewer name")] = "",
 ) -> None:
-    """Write OUT/review/<run>.html: every failure and low-confidence record of the run, with pictures."""
+    """Write OUT/review/open.html (or OUT/review/<run>.html with --run): every failure and low-confidence record
+    not decided by a person yet, with pictures."""
     if not out.is_dir():
         raise config_error(f"output folder {out} does not exist")
     if interactive:
@@ -46,12 +48,12 @@ def review(
     from pipeline.review.queue import build_queue
 
     try:
-        queue = build_queue(out, run, threshold=threshold)
+        queue = build_queue(out, run, threshold=threshold, whole_out=run is None)
     except FileNotFoundError as exc:
         raise config_error(str(exc)) from None
     path = write_page(queue)
-    console.print(f"run {queue.run_id}: {len(queue.open_items)} documents need a person "
-                  f"({len(queue.items)} listed, threshold {queue.threshold:g})")
+    console.print(f"{'all runs' if queue.whole_out else f'run {queue.run_id}'}: {len(queue.open_items)} documents "
+                  f"need a person ({len(queue.items)} listed, threshold {queue.threshold:g})")
     for reason, n in Counter(i.reason for i in queue.open_items).most_common():  # what still needs a person
         console.print(f"  {reason}: {n}")
     console.print(f"review page: {path}")

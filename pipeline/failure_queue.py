@@ -109,11 +109,12 @@ def _documents(out_dir: Path) -> list[_Document]:
 
 
 def current_failures(out_dir: Path) -> pa.Table:
-    """The failure queue now: one row per document still failing, latest failure first (empty table when
-    there is none). For `idflow show`, the review UI and the retry."""
+    """The failure queue now: one row per document still failing and not decided by a person, latest failure
+    first (empty table when there is none). For `idflow show`, the review UI and the retry."""
     rows = []
+    decided = corrected_keys(out_dir)
     for doc in _documents(out_dir):
-        if doc.resolved_by is not None:
+        if doc.resolved_by is not None or _decided(doc, decided):
             continue
         latest = {k: v for k, v in doc.latest.items() if k in CURRENT_FAILURE_SCHEMA.names}
         rows.append({**latest, "attempts": len(doc.rows), "request_attempts": doc.latest["attempts"],
@@ -179,6 +180,12 @@ def locate(entry: OpenEntry, dirs: dict[str, Path]) -> Path | None:
     return None
 
 
+def _decided(doc: _Document, decided: set[str]) -> bool:
+    """A person decided on the document (a failure without a page, a file that could not be opened, is decided
+    as its page 0, as the review page keys it)."""
+    return f"{doc.latest['sha256']}:{doc.latest['page'] or 0}" in decided
+
+
 def open_entries(out_dir: Path) -> tuple[list[OpenEntry], list[tuple[str, int, str]]]:
     """The current queue as entries, and (sha256, page, run id) of documents a later run has turned into a
     result that no resolution records yet."""
@@ -189,7 +196,7 @@ def open_entries(out_dir: Path) -> tuple[list[OpenEntry], list[tuple[str, int, s
     entries, done_elsewhere = [], []
     for doc in sorted(_documents(out_dir), key=lambda d: (d.latest["sha256"] or "", d.latest["page"] or 0)):
         last = doc.latest
-        if f"{last['sha256']}:{last['page']}" in decided:
+        if _decided(doc, decided):
             continue
         if doc.resolved_by is not None:
             if last["sha256"] is not None and last["page"] is not None:

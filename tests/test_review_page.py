@@ -62,6 +62,11 @@ def test_the_extract_run_links_its_review_page_and_summary_without_personal_data
     assert "data:image" not in summary and "1101**********1233" in summary
 
 
+def _run_id(out: Path) -> str:
+    (run_json,) = (out / "runs").glob("*.json")
+    return run_json.stem
+
+
 def _expected(out: Path) -> dict[str, str]:
     """source path -> "failure" | "low_confidence", straight from the Parquet files."""
     expected = {r["source_path"]: "failure" for r in read_table(out, FAILURES).to_pylist()}
@@ -80,8 +85,10 @@ def test_review_page_shows_every_failure_and_flagged_record_with_its_picture(rev
     done = subprocess.run([sys.executable, "-m", "pipeline", "review", str(out)], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    pages = list((out / "review").glob("*.html"))
-    assert len(pages) == 1 and str(pages[0].name) in done.stdout.replace("\n", "")
+    # without --run: what every run in OUT left open (one run here), beside the run's own page
+    pages = [out / "review" / "open.html"]
+    assert pages[0].is_file() and "open.html" in done.stdout.replace("\n", "")
+    assert {p.name for p in (out / "review").glob("*.html")} == {"open.html", f"{_run_id(out)}.html"}
     html = pages[0].read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html) and "<script" not in html  # offline
 

@@ -22,7 +22,8 @@ def test_a_name_that_is_not_utf8_is_found_by_its_bytes(tmp_path: Path) -> None:
     (tmp_path / name).write_bytes(b"pixels")
     digest = hashlib.sha256(b"pixels").hexdigest()
     row = {"source_path": readable_path(name), "source_path_bytes": path_bytes(name), "sha256": digest, "page": 0,
-           "reason": "decode_error", "stage": "preprocess", "detail": "x", "retryable": False, "raw_response": None}
+           "reason": "decode_error", "stage": "preprocess", "detail": "x", "retryable": False, "raw_response": None,
+           "run_id": "r1"}
     item = _failure_item(row)
     assert item.source_path == "scan-\\xff\\xfe.jpg"  # readable text, for people
     assert locate(item.source_path, digest, [tmp_path])[0] is None

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from pipeline.datamodel import FIELD_NAMES
-from pipeline.store import RESULT_SCHEMA, RESULTS, read_dataset, read_table, write_part
+from pipeline.store import RESULT_SCHEMA, RESULTS, done_keys, read_dataset, read_table, write_part
 from pipeline.validate import field_errors
 
 CORRECTIONS = "corrections"
@@ -132,6 +132,12 @@ def corrected_keys(out_dir: Path) -> set[str]:
     if table is None:
         return set()
     return {f"{r['sha256']}:{r['page']}" for r in table.select(["sha256", "page"]).to_pylist()}
+
+
+def not_to_read_again(out_dir: Path, fingerprint: str) -> frozenset[str]:
+    """Documents (`sha256:page`) a run skips as done: a result made with these settings, or a person's decision
+    (final: a failure a person filled in or declared unreadable is not extracted, and paid for, again)."""
+    return frozenset(done_keys(out_dir, fingerprint) | corrected_keys(out_dir))
 
 
 def final_records(out_dir: Path) -> pa.Table:

@@ -25,6 +25,9 @@ def _template() -> Template:
     return env.get_template("page.html.j2")
 
 
+OPEN_PAGE = "open"  # the page of everything still open in OUT, whichever run made it (run ids are UUIDs)
+
+
 def page_path(out_dir: Path, run_id: str) -> Path:
     return out_dir / REVIEW / f"{run_id}.html"
 
@@ -39,8 +42,8 @@ def render_page(queue: ReviewQueue) -> str:
 
 
 def write_page(queue: ReviewQueue) -> Path:
-    """Write OUT/review/<run_id>.html atomically (temp name + rename): a browser never sees half a page."""
-    path = page_path(queue.out_dir, queue.run_id)
+    """Write OUT/review/<run_id>.html (OUT/review/open.html for the whole folder) atomically (temp name + rename): a browser never sees half a page."""
+    path = page_path(queue.out_dir, OPEN_PAGE if queue.whole_out else queue.run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", encoding="utf-8") as fh:

@@ -1,5 +1,5 @@
-"""What needs a person after a run: its failures and its records below the auto-accept threshold, in the
-order a reviewer should take them (`ReviewQueue.items`).
+"""What needs a person: failures and records below the auto-accept threshold, of one run or of the whole output
+folder, in the order a reviewer should take them (`ReviewQueue.items`).
 
 Order, most in need of a person first: failures the machine will never fix (not retryable), then records
 below the threshold (least confident first), then retryable failures (the retry flow tries those again
@@ -23,10 +23,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from pipeline.backends.answer_parsing import AnswerError, parse_answer
 from pipeline.config import PrepareSettings
 from pipeline.datamodel import FIELD_NAMES
-from pipeline.failure_queue import input_dirs
+from pipeline.failure_queue import current_failures, input_dirs
 from pipeline.review.corrections import latest_corrections
 from pipeline.review.thumbnails import Thumbnail, locate, thumbnail
-from pipeline.store import FAILURES, RESULTS, RUNS, read_table, run_input_dir, source_file_name
+from pipeline.store import FAILURES, RESULTS, RUNS, latest_run_summary, read_table, run_input_dir, source_file_name
 
 MAX_PICTURES = 200
 
@@ -98,6 +98,7 @@ class ReviewItem:
     resolved_by_run: str | None = None  # a later run that produced a result for a failure
     thumbnail: Thumbnail = field(default_factory=lambda: Thumbnail(None, "no picture made"))
     file_name: str = ""  # the relative path as the file system has it (`source_path` is its readable text)
+    run_id: str | None = None  # the run that made the record or the (latest) failure
 
     @property
     def key(self) -> str | None:
@@ -149,6 +150,7 @@ class ReviewQueue:
     items: list[ReviewItem]
     results: int  # records of the run, flagged or not
     confidences: list[float]  # least field confidence of every record of the run (for the histogram)
+    whole_out: bool = False  # every run's documents (`run_id` is then the latest run's, for the page's heading)
 
     @property
     def open_items(self) -> list[ReviewItem]:
@@ -196,7 +198,7 @@ def _result_item(row: dict[str, Any], confidence: float) -> ReviewItem:
                       reason="low_confidence", stage=None, detail=None, retryable=False, confidence=confidence,
                       fields=fields, doc_type=row["doc_type"], orientation=row["orientation"],
                       checks=list(row["checks"] or []), check_failures=list(row["check_failures"] or []),
-                      file_name=source_file_name(row))
+                      file_name=source_file_name(row), run_id=row["run_id"])
 
 
 def _failure_item(row: dict[str, Any]) -> ReviewItem:
@@ -214,33 +216,53 @@ def _failure_item(row: dict[str, Any]) -> ReviewItem:
                       reason=row["reason"], stage=row["stage"], detail=row["detail"], retryable=bool(row["retryable"]),
                       confidence=None, fields=fields, doc_type=doc_type,
                       orientation=answer.get("orientation") if isinstance(answer.get("orientation"), str) else None,
-                      checks=[], check_failures=[], file_name=source_file_name(row))
+                      checks=[], check_failures=[], file_name=source_file_name(row), run_id=row["run_id"])
 
 
 def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | None = None,
-                prepare: PrepareSettings | None = None, thumbnails: bool = True, workers: int = 2) -> ReviewQueue:
-    """Everything of one run a person should see, sorted, with thumbnails re-prepared from the sources."""
-    summary = run_summary(out_dir, run_id)
+                prepare: PrepareSettings | None = None, thumbnails: bool = True, workers: int = 2,
+                whole_out: bool = False) -> ReviewQueue:
+    """What a person should see, sorted, with thumbnails re-prepared from the sources.
+
+    Of one run (`run_id`, default the latest extract run): its records below the threshold and its failures; a
+    failure a later run (a retry) turned into a record below the threshold shows that record, still open. Of the
+    whole output folder (`whole_out`): every document's latest record below the threshold and every document still
+    failing, whichever run made it (a nightly run skips what earlier runs did, so its own queue cannot show what
+    those left for a person). A person's decision settles an item either way.
+    """
+    try:
+        summary = run_summary(out_dir, run_id)
+    except FileNotFoundError:
+        if not whole_out or (summary := latest_run_summary(out_dir)) is None:  # only retries or batch imports
+            raise
     run = str(summary["run_id"])
     limit = ReviewSettings().threshold if threshold is None else threshold
-    items: list[ReviewItem] = []
-    results = read_table(out_dir, RESULTS, run_id=run)
-    confidences: list[float] = []
-    for row in results.to_pylist() if results is not None else []:
-        confidence = record_confidence(row)
-        confidences.append(confidence)
-        if confidence < limit:
-            items.append(_result_item(row, confidence))
-    failures = read_table(out_dir, FAILURES, run_id=run)
-    items += [_failure_item(row) for row in (failures.to_pylist() if failures is not None else [])]
-
+    latest = _latest_results(out_dir)
+    if whole_out:
+        records, failures = list(latest.values()), current_failures(out_dir).to_pylist()
+    else:
+        own = read_table(out_dir, RESULTS, run_id=run)
+        own_failures = read_table(out_dir, FAILURES, run_id=run)
+        records = own.to_pylist() if own is not None else []
+        failures = own_failures.to_pylist() if own_failures is not None else []
+    confidences = [record_confidence(row) for row in records]
+    items = [_result_item(row, c) for row, c in zip(records, confidences) if c < limit]
+    listed = {i.key for i in items}
+    for row in failures:
+        item = _failure_item(row)
+        later = latest.get(item.key or "")
+        if later is not None and later["processed_at"] < row["failed_at"]:
+            later = None  # a result from before the failure (a forced re-run failed it) settles nothing
+        if later is not None and item.key not in listed and (confidence := record_confidence(later)) < limit:
+            item = _result_item(later, confidence)  # settled by a machine only if it would be auto-accepted
+        elif later is not None:
+            item.resolved_by_run = later["run_id"]
+        if item.key is None or item.key not in listed:
+            items.append(item)
+            listed.add(item.key)
     corrections = latest_corrections(out_dir)
-    later = read_table(out_dir, RESULTS, ["sha256", "page", "run_id"])
-    result_runs = {} if later is None else {f"{r['sha256']}:{r['page']}": r["run_id"] for r in later.to_pylist()}
     for item in items:
         item.correction = corrections.get(item.key or "")
-        if item.kind == "failure":
-            item.resolved_by_run = result_runs.get(item.key or "")
     items.sort(key=lambda i: i.rank)
 
     if thumbnails:
@@ -255,7 +277,16 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
         for item in items[MAX_PICTURES:]:
             item.thumbnail = Thumbnail(None, f"no picture: only the first {MAX_PICTURES} documents are pictured")
     return ReviewQueue(out_dir=out_dir, run_id=run, threshold=limit, summary=summary, items=items,
-                       results=len(confidences), confidences=confidences)
+                       results=len(confidences), confidences=confidences, whole_out=whole_out)
+
+
+def _latest_results(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """`sha256:page` -> the document's latest result row over all runs."""
+    table = read_table(out_dir, RESULTS)
+    latest: dict[str, dict[str, Any]] = {}
+    for row in sorted(table.to_pylist() if table is not None else [], key=lambda r: r["processed_at"]):
+        latest[f"{row['sha256']}:{row['page']}"] = row
+    return latest
 
 
 def _thumbnail(item: ReviewItem, folders: list[Path], settings: PrepareSettings) -> Thumbnail:
