@@ -7,6 +7,8 @@ import gc
 import importlib.util
 import json
 import os
+import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,7 +39,10 @@ from pipeline.masking import mask_id, redact
 from pipeline.report import CONSOLE_COLUMNS, masked_rows
 from pipeline.store import readable_path
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scanned identity documents in, validated records out.")
+# pretty_exceptions off: an unforeseen error reaches `main`, which prints its traceback masked (typer's own printed
+# file names and values as they are, document numbers inside them too)
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Scanned identity documents in, validated records out.")
 
 
 def main() -> None:
@@ -46,9 +51,13 @@ def main() -> None:
     Why `gc.freeze()` on the way out: at exit the interpreter's final collections walk every object Prefect,
     pydantic and the run left behind, which took about 1 s of an empty run's 5 s; frozen objects are skipped, and
     nothing that matters (atexit handlers, Prefect's log and event flushing, buffered output) is bypassed.
+    An error no command turned into a message ends with its traceback on stderr, masked, and exit 1.
     """
     try:
         app()
+    except Exception:  # a bug or an unforeseen condition: its traceback, with document numbers and keys masked
+        sys.stderr.write(redact(traceback.format_exc()))
+        sys.exit(1)
     finally:
         gc.freeze()
 
@@ -324,6 +333,8 @@ def doctor(
         raise config_error("the embedded ocr backend has no endpoint to check; use --backend openai or vllm")
     prepared = None
     if sample is not None:
+        if not sample.is_file():  # missing, a folder, or a device/FIFO (hashing /dev/zero never ends)
+            raise config_error(f"sample {sample} is not a regular file")
         ref = DocumentRef(path=sample, rel_path=sample.name, sha256=sha256_file(sample))
         prepared = prepare_page(ref, settings.prepare)
         if isinstance(prepared, Failure):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,32 @@ def test_vllm_commands_name_a_bad_setting_without_its_value(tmp_path: Path, monk
     result = CliRunner().invoke(vllm_app, ["status"])
     assert result.exit_code == 2 and "port_base" in result.output
     assert "sk-pasted" not in result.output and "4f9a2c" not in result.output
+
+
+NUMBER_NAME = "zhang110101199003071233.jpg"
+
+
+def _idflow(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    repo = Path(__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=repo, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(repo), **env})
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "device"])
+def test_doctor_sample_that_is_no_file_is_one_masked_line(tmp_path: Path, kind: str) -> None:
+    """A missing sample printed a traceback with the full number in its name; /dev/zero was hashed forever."""
+    sample = {"missing": tmp_path / NUMBER_NAME, "folder": tmp_path / NUMBER_NAME, "device": Path("/dev/zero")}[kind]
+    if kind == "folder":
+        sample.mkdir()
+    done = _idflow("doctor", "--backend", "openai", "--sample", str(sample), TAOTOKEN_API_KEY="k-123456",
+                   TAOTOKEN_MODEL="m")
+    assert done.returncode == 2 and "not a regular file" in done.stdout, done.stdout + done.stderr
+    assert "110101199003071233" not in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
+
+
+def test_an_unforeseen_error_prints_its_traceback_masked(tmp_path: Path) -> None:
+    """No command turns a run summary that is a folder into a message: the traceback is printed, masked."""
+    (tmp_path / "runs" / NUMBER_NAME.replace(".jpg", ".json")).mkdir(parents=True)
+    done = _idflow("show", str(tmp_path))
+    assert done.returncode == 1 and "IsADirectoryError" in done.stderr, done.stdout + done.stderr
+    assert "110101199003071233" not in done.stdout + done.stderr and "zhang1101" in done.stderr
