@@ -37,7 +37,7 @@ from pipeline.config import Settings
 from pipeline.inbox import is_text
 from pipeline.masking import mask_id, redact
 from pipeline.report import CONSOLE_COLUMNS, masked_rows
-from pipeline.store import readable_path
+from pipeline.store import OutputUnreadable, check_parts, readable_path
 
 # pretty_exceptions off: an unforeseen error reaches `main`, which prints its traceback masked (typer's own printed
 # file names and values as they are, document numbers inside them too)
@@ -55,6 +55,8 @@ def main() -> None:
     """
     try:
         app()
+    except OutputUnreadable as exc:  # a part of OUT damaged from outside, whichever command read it: one line
+        sys.exit(config_error(str(exc)).exit_code)
     except Exception:  # a bug or an unforeseen condition: its traceback, with document numbers and keys masked
         sys.stderr.write(redact(traceback.format_exc()))
         sys.exit(1)
@@ -102,8 +104,8 @@ def run(
     if dask and not all(map(importlib.util.find_spec, ("prefect_dask", "distributed"))):
         raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
     from pipeline.output_lock import OutputBusy
-    from pipeline.store import OutputUnreadable
 
+    check_parts(out)  # a damaged OUT: one line here, not a failed flow's traceback
     with prefect_api() as ready:
         from prefect.exceptions import TerminationSignal
 

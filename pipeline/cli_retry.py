@@ -24,9 +24,11 @@ def retry(
     from rich.table import Table
 
     from pipeline.output_lock import OutputBusy
+    from pipeline.store import check_parts
 
     if not (out / "failures").is_dir():
         raise config_error(f"no failure queue in {out}")
+    check_parts(out)  # a damaged OUT: one line here (main prints it), not a failed flow's traceback
     settings = load_settings(backend=backend)
     with prefect_api() as ready:
         from flows.retry import retry_failures

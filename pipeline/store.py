@@ -355,9 +355,25 @@ def read_dataset(out_dir: Path, table_name: str, schema: pa.Schema, columns: lis
             pa.field("run_date", pa.string())))
         return dataset.to_table(columns=columns, filter=None if run_id is None else ds.field("run_id") == run_id)
     except (pa.ArrowException, OSError) as exc:  # parts are written atomically: only damage from outside does this
-        raise OutputUnreadable(f"{folder} holds a Parquet part that cannot be read ({' '.join(str(exc).split())}"
-                               f"): move that file out of {out_dir} (its documents are then done again) or "
-                               "restore it, and run again") from None
+        raise _unreadable(folder, out_dir, exc) from None
+
+
+def check_parts(out_dir: Path) -> None:
+    """Raise `OutputUnreadable` for the first Parquet part of OUT whose footer cannot be read (a copy cut short).
+    A command calls it before it starts a flow, so a damaged OUT is refused in one line instead of failing inside
+    the flow (whose engine logs a traceback)."""
+    for part in sorted(out_dir.glob("*/run_date=*/part-*.parquet")):
+        try:
+            pq.read_metadata(part)
+        except (pa.ArrowException, OSError) as exc:
+            raise _unreadable(part.parent.parent, out_dir, exc) from None
+
+
+def _unreadable(folder: Path, out_dir: Path, exc: BaseException) -> OutputUnreadable:
+    return OutputUnreadable(f"{folder} holds a Parquet part that cannot be read ({' '.join(str(exc).split())}): "
+                            f"restore that file, or move it out of {out_dir} (the documents of a results or "
+                            "failures part are then done again; the decisions of a corrections part are lost), "
+                            "and run again")
 
 
 def read_table(out_dir: Path, table_name: str, columns: list[str] | None = None,

@@ -123,3 +123,19 @@ def test_an_unforeseen_error_prints_its_traceback_masked(tmp_path: Path) -> None
     done = _idflow("show", str(tmp_path))
     assert done.returncode == 1 and "IsADirectoryError" in done.stderr, done.stdout + done.stderr
     assert "110101199003071233" not in done.stdout + done.stderr and "zhang1101" in done.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "review", "retry", "run"])
+def test_a_damaged_part_is_one_line_for_every_command(tmp_path: Path, command: str) -> None:
+    """show, review and retry printed ~200 lines of traceback for a damaged part, and run a failed flow's traceback
+    before its one line: the part is now checked before any flow starts."""
+    for table in ("results", "failures"):
+        part = tmp_path / table / "run_date=2026-12-01" / "part-r1-00000.parquet"
+        part.parent.mkdir(parents=True)
+        part.write_bytes(b"PAR1 cut short")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r1.json").write_text('{"run_id": "r1", "input_dir": "/nowhere", "accounted": true}')
+    args = [command, str(tmp_path)] if command != "run" else ["run", str(tmp_path / "runs"), "--out", str(tmp_path)]
+    done = _idflow(*args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "cannot be read" in done.stdout and "Traceback" not in done.stdout + done.stderr
