@@ -385,3 +385,13 @@ def test_server_runs_as_a_standalone_process() -> None:
     finally:
         process.terminate()
         assert process.wait(timeout=10) is not None
+
+
+def test_a_redirect_is_not_followed_with_the_page(serve: Callable[..., ChatServer]) -> None:
+    """The SDK follows a 307 and would POST the page (personal data) to wherever it points; it is a configuration
+    error naming the new address instead, and nothing reaches the other path."""
+    server = serve(default_fault="redirect")
+    [failed] = run(settings_for(server, max_attempts=2), [make_page(0)])
+    assert isinstance(failed, Failure) and failed.reason == Reason.BAD_REQUEST and not failed.retryable
+    assert "redirects to" in failed.detail and "/moved/" in failed.detail
+    assert not [r for r in server.requests if r.path.startswith("/moved")]

@@ -171,6 +171,11 @@ def _classify_status(status: int, message: str, headers: Mapping[str, str], base
     if status >= 500 or status in (408, 409):
         return RequestError(Reason.SERVER_ERROR, said, status, retryable=True, endpoint_down=status >= 500,
                             retry_after=retry_after_seconds(headers))
+    if 300 <= status < 400:
+        where = headers.get("location") or "another address"
+        return RequestError(Reason.BAD_REQUEST, said, status, f"the endpoint redirects to {where}: point the base "
+                            "URL there (redirects are not followed: the page would go to a host nobody configured)",
+                            fatal=True)
     if status in (401, 403):
         fix = ("the API key was rejected (unset, stale, revoked or pasted with extra characters): "
                "run `idflow doctor`") if status == 401 else "the key has no access to this model or endpoint"

@@ -63,7 +63,8 @@ def response_format() -> dict[str, Any]:
 
 
 def make_client(settings: OpenAISettings) -> openai.AsyncOpenAI:
-    """The SDK client with its own retries off: retries, backoff and the breaker live here, bounded."""
+    """The SDK client with its own retries off (retries, backoff and the breaker live here, bounded), and redirects
+    not followed: the SDK follows them, re-sending the page (personal data) to a host nobody configured."""
     if settings.api_key is None:
         raise ValueError("TAOTOKEN_API_KEY is not set (environment or .env); for a keyless local server "
                          "set any value, e.g. EMPTY")
@@ -72,6 +73,7 @@ def make_client(settings: OpenAISettings) -> openai.AsyncOpenAI:
         base_url=settings.base_url,
         max_retries=0,
         timeout=openai.Timeout(settings.timeout_s, connect=min(10.0, settings.timeout_s)),
+        http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False),
     )
 
 

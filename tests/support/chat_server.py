@@ -50,6 +50,7 @@ FAULTS = frozenset({
     "html",  # 200 with a web page instead of a completion (a proxy or a login portal in the way)
     "content_number",  # 200, a completion whose message.content is a number
     "trickle",  # 200, the completion sent one byte every `trickle_s`: each read is quick, the answer is not
+    "redirect",  # 307 to /moved/... on this server (a client that follows it sends the page there)
 })
 
 VALID_ANSWER: dict[str, Any] = {
@@ -294,6 +295,11 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                        "503": _HttpError(503, "service unavailable"),
                        "refuse_image": _HttpError(400, "Invalid image input: this model does not accept "
                                                        "image_url content")}[fault]
+            if fault == "redirect":
+                rec.status = 307
+                location = f"http://127.0.0.1:{self.server.server_address[1]}/moved{self.path}"
+                self._send_bytes(307, b"", "text/plain", {"Location": location})
+                return
             server.enter()
             try:
                 time.sleep(cfg.slow_s if fault == "slow" else cfg.latency_s)
