@@ -108,11 +108,12 @@ def _documents(out_dir: Path) -> list[_Document]:
     return documents
 
 
-def current_failures(out_dir: Path) -> pa.Table:
-    """The failure queue now: one row per document still failing and not decided by a person, latest failure
-    first (empty table when there is none). For `idflow show`, the review UI and the retry."""
+def current_failures(out_dir: Path, *, with_decided: bool = False) -> pa.Table:
+    """The failure queue now: one row per document still failing and not decided by a person (`with_decided`:
+    those too, for the review page, which shows them settled), latest failure first (empty table when there is
+    none). For `idflow show`, the review UI and the retry."""
     rows = []
-    decided = corrected_keys(out_dir)
+    decided = set() if with_decided else corrected_keys(out_dir)
     for doc in _documents(out_dir):
         if doc.resolved_by is not None or _decided(doc, decided):
             continue

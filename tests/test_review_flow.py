@@ -33,17 +33,21 @@ def _env(api: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_API_URL": api, "IDFLOW_REVIEW_THRESHOLD": "0.9"}
 
 
-def _review_run(client) -> Any:
+def _review_run(client, out: Path) -> Any:
+    """The newest review run of OUT (other tests run review flows on the same server)."""
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
 
-    runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["review"])))
+    runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["review"])),
+                                 sort=FlowRunSort.EXPECTED_START_TIME_DESC)
+    runs = [r for r in runs if Path(r.parameters.get("out_dir", "/nowhere")).resolve() == out.resolve()]
     return runs[0] if runs else None
 
 
-def _paused(client, seen: set[str]) -> Any:
-    """The review run once it is paused on a question not answered yet (a new input keyset) whose form is stored:
-    the flow saves the form just after the server accepted the Paused state."""
-    run = _review_run(client)
+def _paused(client, seen: set[str], out: Path) -> Any:
+    """The review run of OUT once it is paused on a question not answered yet (a new input keyset) whose form is
+    stored: the flow saves the form just after the server accepted the Paused state."""
+    run = _review_run(client, out)
     if run is None or not run.state.is_paused():
         return None
     keyset = run.state.state_details.run_input_keyset
@@ -96,14 +100,15 @@ def test_review_flow_refuses_a_wrong_check_digit_and_stores_the_right_correction
     try:
         with get_client(sync_client=True) as client:
             # 1. The failure needs a person most (never retried): it comes first. Skip it.
-            run = wait_for(lambda: _paused(client, seen), 300, "the first question")
+            run = wait_for(lambda: _paused(client, seen, out), 300, "the first question")
             keyset = run.state.state_details.run_input_keyset
-            assert "decode_error" in client.read_flow_run_input(run.id, keyset["description"])
+            description = client.read_flow_run_input(run.id, keyset["description"])
+            assert "decode_error" in description and "`truncated.png`" in description  # names the file
             _answer(prefect_api, run, seen, decision="skip for now", doc_type="unknown", name="", id_number="",
                     expiry_date="", reviewer="")
 
             # 2. The low-confidence record: prefilled with the machine's reading; the description masks numbers.
-            run = wait_for(lambda: _paused(client, seen), 120, "the second question")
+            run = wait_for(lambda: _paused(client, seen, out), 120, "the second question")
             keyset = run.state.state_details.run_input_keyset
             schema = json.loads(client.read_flow_run_input(run.id, keyset["schema"]))
             prefill = {k: v.get("default") for k, v in schema["properties"].items()}
@@ -111,11 +116,12 @@ def test_review_flow_refuses_a_wrong_check_digit_and_stores_the_right_correction
             description = client.read_flow_run_input(run.id, keyset["description"])
             assert "low_confidence" in description and RIGHT_NUMBER not in description
             assert "1101**********1233" in description and "#doc-" in description
+            assert "`blurred_cn_front.jpg`" in description
             _answer(prefect_api, run, seen, decision="save these values", doc_type="cn_id", name="张伟",
                     id_number=WRONG_NUMBER, expiry_date="", reviewer="Ada")
 
             # 3. Refused with the reason and asked again, with what was typed kept in the form.
-            run = wait_for(lambda: _paused(client, seen), 120, "the question asked again")
+            run = wait_for(lambda: _paused(client, seen, out), 120, "the question asked again")
             keyset = run.state.state_details.run_input_keyset
             description = client.read_flow_run_input(run.id, keyset["description"])
             assert "Refused" in description and "cn_id.checksum" in description and WRONG_NUMBER not in description
@@ -159,5 +165,5 @@ def test_review_flow_refuses_a_wrong_check_digit_and_stores_the_right_correction
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "corrected by a person (1 documents" in shown.stdout and "blurred_cn_front.jpg" in shown.stdout
     assert "1101**********1233" in shown.stdout and RIGHT_NUMBER not in shown.stdout
-    page = (out / "review" / f"{row['run_id']}.html").read_text(encoding="utf-8")
+    page = (out / "review" / "open.html").read_text(encoding="utf-8")  # the session's page: all of OUT
     assert "Decided by Ada" in page  # the page was rewritten after the session

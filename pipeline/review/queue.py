@@ -239,7 +239,7 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
     limit = ReviewSettings().threshold if threshold is None else threshold
     latest = _latest_results(out_dir)
     if whole_out:
-        records, failures = list(latest.values()), current_failures(out_dir).to_pylist()
+        records, failures = list(latest.values()), current_failures(out_dir, with_decided=True).to_pylist()
     else:
         own = read_table(out_dir, RESULTS, run_id=run)
         own_failures = read_table(out_dir, FAILURES, run_id=run)
