@@ -27,7 +27,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline import progress
-from pipeline.cli_common import config_error, console, load_settings, prefect_api, settings_problems
+from pipeline.cli_common import (config_error, console, load_settings, prefect_api, settings_problems,
+                                 stopped_by_signal)
 from pipeline.cli_ops import register as register_ops
 from pipeline.cli_retry import register as register_retry
 from pipeline.cli_review import print_corrections
@@ -107,48 +108,23 @@ def run(
 
     check_parts(out)  # a damaged OUT: one line here, not a failed flow's traceback
     with prefect_api() as ready:
-        from prefect.exceptions import TerminationSignal
-
         from flows.extract import extract_folder
 
         gc.freeze()  # the imports' objects live as long as the process: keep the run's collections off them
         ready()
         try:
-            with progress_bar("extracting") as sink, progress.listening(sink):
+            with stopped_by_signal("documents finished so far are stored; run the same command again to do the "
+                                   "rest"), progress_bar("extracting") as sink, progress.listening(sink):
                 summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
                                                      concurrency=settings.concurrency,
                                                      batch_size=settings.batch_size, force=force, dask=dask,
                                                      wait_for_lock=wait))
         except (OutputBusy, OutputUnreadable) as exc:  # one run writes OUT at a time; OUT damaged from outside
             raise config_error(str(exc)) from None
-        except BaseException as exc:  # SIGTERM: the flow flushed its rows and was marked Crashed
-            signal_number = _termination_signal(exc, TerminationSignal)
-            if signal_number is None:
-                raise
-            console.print(f"stopped by signal {signal_number}: documents finished so far are stored; run the same "
-                          "command again to do the rest")
-            raise typer.Exit(128 + signal_number) from None
     print_summary(summary)
     if summary["results"] or summary["failures"]:  # reading OUT's tables costs ~1 s of imports
         show_rows(out, run_id=summary["run_id"])
     raise typer.Exit(0 if summary["accounted"] else 1)
-
-
-def _termination_signal(exc: BaseException, kind: type[BaseException]) -> int | None:
-    """The signal number when `exc` is Prefect's `TerminationSignal`, or wraps one (it is raised in whichever
-    coroutine runs when the signal lands, and may reach here as the cause of another error or in a group)."""
-    pending, seen = [exc], set()
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, kind):
-            return int(getattr(current, "signal"))
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-    return None
 
 
 @app.command()

@@ -75,3 +75,36 @@ def prefect_api() -> Iterator[Callable[[], None]]:
                 raise typer.Exit(PREFECT_ERROR) from None
 
         yield ready
+
+
+@contextmanager
+def stopped_by_signal(what_now: str) -> Iterator[None]:
+    """A flow stopped by SIGTERM (Prefect raises its `TerminationSignal` in whichever coroutine runs when the
+    signal lands; the flow has flushed what it must and is marked Crashed) ends the command with one line saying
+    `what_now`, and exit 128 + the signal's number, instead of a traceback."""
+    try:
+        yield
+    except BaseException as exc:
+        from prefect.exceptions import TerminationSignal
+
+        number = _termination_signal(exc, TerminationSignal)
+        if number is None:
+            raise
+        console.print(f"stopped by signal {number}: {what_now}")
+        raise typer.Exit(128 + number) from None
+
+
+def _termination_signal(exc: BaseException, kind: type[BaseException]) -> int | None:
+    """The signal number when `exc` is `kind`, or wraps one (as the cause of another error, or in a group)."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, kind):
+            return int(getattr(current, "signal"))
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None

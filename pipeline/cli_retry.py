@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli_common import config_error, console, load_settings, prefect_api
+from pipeline.cli_common import config_error, console, load_settings, prefect_api, stopped_by_signal
 
 
 def retry(
@@ -35,8 +35,9 @@ def retry(
 
         ready()
         try:
-            report = asyncio.run(retry_failures(str(out), backend=settings.backend, max_attempts=max_attempts,
-                                                wait_for_lock=wait))
+            with stopped_by_signal("documents retried so far are stored; run the same command again"):
+                report = asyncio.run(retry_failures(str(out), backend=settings.backend, max_attempts=max_attempts,
+                                                    wait_for_lock=wait))
         except OutputBusy as exc:
             raise config_error(str(exc)) from None
     table = Table(title=f"retry {report['run_id']} ({report['backend']})")

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.cli_common import config_error, console
+from pipeline.cli_common import config_error, console, stopped_by_signal
 from pipeline.masking import mask_id, redact
 
 
@@ -41,8 +41,9 @@ def review(
         _require_server()
         from flows.review import review as review_flow
 
-        result = asyncio.run(review_flow(out_dir=str(out.resolve()), run_id=run, threshold=threshold, limit=limit,
-                                         reviewer=reviewer))
+        with stopped_by_signal("decisions saved so far are stored; the open questions were withdrawn"):
+            result = asyncio.run(review_flow(out_dir=str(out.resolve()), run_id=run, threshold=threshold,
+                                             limit=limit, reviewer=reviewer))
         console.print(f"review of run {result['run_id']}: " + ", ".join(
             f"{k} {v}" for k, v in result.items() if k not in ("run_id", "page")))
         console.print(f"review page: {result['page']}")

@@ -142,7 +142,8 @@ def test_sigterm_while_paused_deletes_the_form_and_the_form_names_the_masked_fil
             assert f"scans/zhang{NUMBER[:4]}{'*' * 10}{NUMBER[-4:]}.jpg" in description
             assert NUMBER not in description
             os.killpg(review.pid, signal.SIGTERM)
-            assert review.wait(timeout=120) != 0
+            assert review.wait(timeout=120) == 128 + signal.SIGTERM  # the shell's code for it, and one line
+            assert "stopped by signal 15" in (tmp_path / "review.log").read_text(errors="replace")
             assert client.read_flow_run(run.id).state.is_crashed()
             assert _inputs(client, run.id) == []
     finally:
