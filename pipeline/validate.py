@@ -44,7 +44,10 @@ def semantic_problems(fields: dict[str, Any]) -> list[tuple[Reason, str]]:
     if all(fields.get(k) is None for k in FIELD_NAMES):
         problems.append((Reason.NO_FIELDS_FOUND, "no name, document number or expiry date on the page"))
     expiry = fields.get("expiry_date")
-    if isinstance(expiry, str) and expiry != "long-term":
+    if expiry == "long-term" and fields.get("doc_type") != "cn_id":  # 长期: only a resident ID card is valid for life
+        problems.append((Reason.INVALID_DATE, f"date.expiry: 'long-term' is only a PRC resident ID card's validity, "
+                                              f"not a {fields.get('doc_type')}'s"))
+    elif isinstance(expiry, str) and expiry != "long-term":
         try:
             date.fromisoformat(expiry)
         except ValueError:

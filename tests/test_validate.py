@@ -34,6 +34,13 @@ def test_long_term_expiry() -> None:
     assert isinstance(record, Record) and record.expiry_long_term and record.expiry_date is None
 
 
+@pytest.mark.parametrize("doc_type", ["passport", "visa", "id_card", "cn_permanent_residence", "unknown"])
+def test_long_term_is_only_a_resident_id_cards_validity(doc_type: str) -> None:
+    """长期 exists on PRC resident ID cards only: a model's or a person's 'long-term' passport is refused."""
+    failure = _validate({**VALID_CN, "doc_type": doc_type, "id_number": None, "expiry_date": "long-term"})
+    assert isinstance(failure, Failure) and failure.reason == Reason.INVALID_DATE and "long-term" in failure.detail
+
+
 def test_missing_key_is_schema_violation() -> None:
     fields = dict(VALID_CN)
     del fields["expiry_date"]
