@@ -283,5 +283,9 @@ def test_endpoints_from_environment_or_pool_file(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("IDFLOW_VLLM_MODEL", "qwen-env")
     config = VllmSettings().resolve_pool()
     assert config.endpoints == ["http://gpu-a:8004/v1", "http://gpu-b:8004/v1"] and config.model == "qwen-env"
+    monkeypatch.setenv("IDFLOW_VLLM_ENDPOINTS", "http://gpu-a:8004/v1,notaurl")  # was taken, then never answered
+    with pytest.raises(ValueError, match="notaurl is not an http"):
+        VllmSettings().resolve_pool()
+    monkeypatch.setenv("IDFLOW_VLLM_ENDPOINTS", "http://gpu-a:8004/v1/, http://gpu-b:8004/v1")
     with pytest.raises(ValueError, match="IDFLOW_VLLM_API_KEY"):
         VllmPoolBackend.from_settings(VllmSettings(), request_settings(), concurrency=1)

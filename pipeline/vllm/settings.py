@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -82,6 +83,10 @@ class VllmSettings(BaseSettings):
         """Endpoints and model from the environment, else from the pool file; a clear error when neither."""
         if self.endpoints.strip():
             urls = [u.strip().rstrip("/") for u in self.endpoints.split(",") if u.strip()]
+            bad = [u for u in urls if urlsplit(u).scheme not in ("http", "https") or not urlsplit(u).hostname]
+            if bad:
+                raise ValueError(f"IDFLOW_VLLM_ENDPOINTS: {', '.join(bad)} is not an http(s) URL (expected e.g. "
+                                 "http://127.0.0.1:8000/v1, comma-separated)")
             if not self.model:
                 raise ValueError("IDFLOW_VLLM_ENDPOINTS is set but IDFLOW_VLLM_MODEL is not: use the "
                                  "--served-model-name of the servers")
