@@ -319,8 +319,20 @@ def test_connection_refused_is_endpoint_unavailable() -> None:
                   concurrency=1)
     assert all(isinstance(r, Failure) and r.reason == Reason.ENDPOINT_UNAVAILABLE and r.retryable for r in results)
     assert "connection refused" in results[0].detail and "not running" not in results[0].detail
-    assert "start the local server" in results[0].detail
+    assert "start the local server" in results[0].detail and "TAOTOKEN_BASE_URL" in results[0].detail
     assert sum(r.attempts for r in results) == 2  # then the circuit opened
+
+    async def one_pool_endpoint() -> Outcome:  # a vLLM pool's endpoint: the fix names the pool's setting
+        backend = OpenAICompatBackend(settings_for(f"http://127.0.0.1:{port}/v1", max_attempts=1), concurrency=1,
+                                      name="vllm")
+        try:
+            return (await backend.extract([make_page(9)]))[0]
+        finally:
+            await backend.aclose()
+
+    pooled = asyncio.run(one_pool_endpoint())
+    assert isinstance(pooled, Failure) and "IDFLOW_VLLM_ENDPOINTS" in pooled.detail
+    assert "TAOTOKEN_BASE_URL" not in pooled.detail
 
 
 def test_mixed_faults_every_page_once_and_bounded(serve: Callable[..., ChatServer]) -> None:

@@ -124,9 +124,10 @@ def _connection_refused(exc: BaseException) -> bool:
     return False
 
 
-def classify(exc: openai.OpenAIError, *, base_url: str, model: str, secret: str = "") -> RequestError:
+def classify(exc: openai.OpenAIError, *, base_url: str, model: str, secret: str = "",
+             url_setting: str = "TAOTOKEN_BASE_URL") -> RequestError:
     """Map an SDK exception to a reason code and policy. `base_url` must already be public; `secret` (the
-    key) is removed from anything the server said."""
+    key) is removed from anything the server said; `url_setting` is the setting a fix tells the user to change."""
     if isinstance(exc, openai.APITimeoutError):
         return timed_out(base_url)
     if isinstance(exc, openai.APIConnectionError):
@@ -137,8 +138,8 @@ def classify(exc: openai.OpenAIError, *, base_url: str, model: str, secret: str 
             return RequestError(Reason.ENDPOINT_UNAVAILABLE, redact(f"connection to {where} failed: {said}", secret),
                                 retryable=True, endpoint_down=True)
         fix = (f"nothing listens on {where}: start the local server (vllm serve ... --port "
-               f"{where.rsplit(':', 1)[1]}) or point TAOTOKEN_BASE_URL at the API") if is_local(base_url) \
-            else "check the host and port in TAOTOKEN_BASE_URL"
+               f"{where.rsplit(':', 1)[1]}) or point {url_setting} at a running one") if is_local(base_url) \
+            else f"check the host and port in {url_setting}"
         return RequestError(Reason.ENDPOINT_UNAVAILABLE, f"connection refused by {where}", fix=fix,
                             retryable=True, endpoint_down=True)
     if not isinstance(exc, openai.APIStatusError):

@@ -316,7 +316,8 @@ class OpenAICompatBackend:
                     model=self.model, messages=messages, temperature=0,  # type: ignore[arg-type]
                     max_tokens=self.settings.max_tokens, **extra)
         except openai.OpenAIError as exc:
-            error = classify(exc, base_url=self.endpoint, model=self.model, secret=self._secret)
+            error = classify(exc, base_url=self.endpoint, model=self.model, secret=self._secret,
+                             url_setting="IDFLOW_VLLM_ENDPOINTS" if self.name == "vllm" else "TAOTOKEN_BASE_URL")
             log.debug("attempt failed: %s", error.diagnosis)
             return error
         except TimeoutError:
