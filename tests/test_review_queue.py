@@ -15,8 +15,6 @@ from pipeline.review.queue import build_queue
 from pipeline.store import RESULT_SCHEMA, RESULTS, write_part, write_run_summary
 from tests.test_failure_queue import fail
 
-NOW = datetime.now(timezone.utc)
-
 
 def _result(out: Path, inbox: Path, name: str, run_id: str, confidence: float, at: datetime) -> None:
     row = {f.name: None for f in RESULT_SCHEMA} | {
@@ -33,15 +31,16 @@ def _out(tmp_path: Path) -> tuple[Path, Path]:
     the nightly run r2 read only a new file d (0.99), skipping the rest as done."""
     inbox, out = tmp_path / "in", tmp_path / "out"
     inbox.mkdir()
+    now = datetime.now(timezone.utc)  # the failure below is stamped with the clock: the retry's result comes after
     for i, name in enumerate("abcd"):
         Image.fromarray(np.full((64, 64, 3), 40 * i, np.uint8)).save(inbox / f"{name}.png")
-    _result(out, inbox, "a.png", "r1", 0.5, NOW)
-    _result(out, inbox, "b.png", "r1", 0.99, NOW)
+    _result(out, inbox, "a.png", "r1", 0.5, now)
+    _result(out, inbox, "b.png", "r1", 0.99, now)
     fail("r1", inbox, "c.png", Reason.ENDPOINT_UNAVAILABLE, out)
     write_run_summary(out, {"run_id": "r1", "input_dir": str(inbox), "accounted": True})
-    _result(out, inbox, "c.png", "r3", 0.6, NOW + timedelta(minutes=5))
+    _result(out, inbox, "c.png", "r3", 0.6, now + timedelta(minutes=5))
     write_run_summary(out, {"run_id": "r3", "accounted": True})  # a retry: no input folder
-    _result(out, inbox, "d.png", "r2", 0.99, NOW + timedelta(minutes=10))
+    _result(out, inbox, "d.png", "r2", 0.99, now + timedelta(minutes=10))
     write_run_summary(out, {"run_id": "r2", "input_dir": str(inbox), "accounted": True})
     return inbox, out
 
