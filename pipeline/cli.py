@@ -104,9 +104,11 @@ def run(
         raise typer.Exit(0)
     if dask and not all(map(importlib.util.find_spec, ("prefect_dask", "distributed"))):
         raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
-    from pipeline.output_lock import OutputBusy
+    from pipeline.output_lock import OutputBusy, refusal_now
 
     check_parts(out)  # a damaged OUT: one line here, not a failed flow's traceback
+    if not wait and (busy := refusal_now(out)):  # likewise a busy one (the flow still checks, for real)
+        raise config_error(busy)
     with prefect_api() as ready:
         from flows.extract import extract_folder
 

@@ -23,12 +23,14 @@ def retry(
     internal errors once). Exit 0 when the retry ran, 2 when OUT is busy or the configuration is wrong."""
     from rich.table import Table
 
-    from pipeline.output_lock import OutputBusy
+    from pipeline.output_lock import OutputBusy, refusal_now
     from pipeline.store import check_parts
 
     if not (out / "failures").is_dir():
         raise config_error(f"no failure queue in {out}")
     check_parts(out)  # a damaged OUT: one line here (main prints it), not a failed flow's traceback
+    if not wait and (busy := refusal_now(out)):  # likewise a busy one (the flow still checks, for real)
+        raise config_error(busy)
     settings = load_settings(backend=backend)
     with prefect_api() as ready:
         from flows.retry import retry_failures

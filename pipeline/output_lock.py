@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from filelock import AsyncFileLock, Timeout
+from filelock import AsyncFileLock, FileLock, Timeout
 
 from pipeline.atomic import write_json_atomic
 from pipeline.store import remove_stale_temp_parts
@@ -58,8 +58,7 @@ async def hold_output(out_dir: Path, *, run_id: str, wait: bool,
     except Timeout:
         busy = f"{out_dir} is being written by {holder(out_dir)}"
         if not wait:
-            raise OutputBusy(f"{busy}; one run writes an output folder at a time: try again when it ends, "
-                             "or pass --wait") from None
+            raise OutputBusy(_refusal(busy)) from None
         if on_wait is not None:
             on_wait(f"waiting for the output lock: {busy}")
         await lock.acquire()
@@ -70,3 +69,22 @@ async def hold_output(out_dir: Path, *, run_id: str, wait: bool,
         yield
     finally:
         await lock.release()
+
+
+def _refusal(busy: str) -> str:
+    return f"{busy}; one run writes an output folder at a time: try again when it ends, or pass --wait"
+
+
+def refusal_now(out_dir: Path) -> str | None:
+    """What a run that does not wait would be told now, or None when OUT is free. Only a look (the run still takes
+    the lock for real, and may still be refused): a command asks before it starts a flow, so a busy OUT is one line
+    rather than a flow failing on it, whose traceback Prefect's engine logs."""
+    if not (out_dir / LOCK_NAME).is_file():
+        return None
+    lock = FileLock(out_dir / LOCK_NAME, fallback_to_soft=False)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return _refusal(f"{out_dir} is being written by {holder(out_dir)}")
+    lock.release()
+    return None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.output_lock import OutputBusy, hold_output
+from pipeline.output_lock import OutputBusy, hold_output, refusal_now
 from pipeline.store import STALE_TEMP_PART_S
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,8 +43,17 @@ def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
 
         with pytest.raises(OutputBusy, match="holder-run"):
             asyncio.run(try_once())
+        assert "holder-run" in (refusal_now(out) or "")
+        (out / "failures").mkdir()
+        for command in (["run", str(out / "failures"), "--out", str(out)], ["retry", str(out)]):
+            # refused before any flow starts: one line, not the traceback of a flow failing on the lock
+            done = subprocess.run([sys.executable, "-m", "pipeline", *command], cwd=REPO, capture_output=True,
+                                  text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+            assert done.returncode == 2 and "holder-run" in done.stdout, done.stdout + done.stderr
+            assert "Traceback" not in done.stdout + done.stderr
         holder.send_signal(signal.SIGKILL)  # no clean-up runs: the kernel drops the lock
         holder.wait(60)
+        assert refusal_now(out) is None
         asyncio.run(try_once())
     finally:
         holder.kill()
