@@ -194,8 +194,8 @@ async def _ask(out: Path, queue: ReviewQueue, item: ReviewItem, page: Path, numb
         decision = "cannot be read" if unreadable else decide(before, values)
         assert item.sha256 is not None
         await asyncio.to_thread(write_corrections, out, [Correction(
-            sha256=item.sha256, page=item.page or 0, source_path=item.source_path, run_id=item.run_id or queue.run_id, who=who,
-            decision=decision, before=before, after=values)])
+            sha256=item.sha256, page=item.page or 0, source_path=item.source_path,
+            run_id=item.run_id or queue.run_id, who=who, decision=decision, before=before, after=values)])
         logger.info("document %d of %d: %s by a person", number, total, decision)
         return decision
 

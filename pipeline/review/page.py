@@ -42,7 +42,8 @@ def render_page(queue: ReviewQueue) -> str:
 
 
 def write_page(queue: ReviewQueue) -> Path:
-    """Write OUT/review/<run_id>.html (OUT/review/open.html for the whole folder) atomically (temp name + rename): a browser never sees half a page."""
+    """Write OUT/review/<run_id>.html (OUT/review/open.html for the whole folder) atomically (temp name + rename):
+    a browser never sees half a page."""
     path = page_path(queue.out_dir, OPEN_PAGE if queue.whole_out else queue.run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
