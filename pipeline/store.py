@@ -383,13 +383,24 @@ def read_table(out_dir: Path, table_name: str, columns: list[str] | None = None,
     return read_dataset(out_dir, table_name, schema, columns, run_id)
 
 
-def done_keys(out_dir: Path, fingerprint: str) -> set[str]:
-    """Document keys (`sha256:page`) that already have a result made with the same settings."""
+def done_keys(out_dir: Path, fingerprint: str | None) -> set[str]:
+    """Document keys (`sha256:page`) that already have a result made with the same settings (`fingerprint`), or
+    made by any run (None)."""
     table = read_table(out_dir, RESULTS, ["sha256", "page", "fingerprint"])
     if table is None:
         return set()
     rows = table.to_pylist()
-    return {f"{r['sha256']}:{r['page']}" for r in rows if r["fingerprint"] == fingerprint}
+    return {f"{r['sha256']}:{r['page']}" for r in rows if fingerprint is None or r["fingerprint"] == fingerprint}
+
+
+def latest_results(out_dir: Path, columns: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """`sha256:page` -> the document's latest result row over all runs (`columns` must include sha256, page and
+    processed_at when given)."""
+    table = read_table(out_dir, RESULTS, columns)
+    latest: dict[str, dict[str, Any]] = {}
+    for row in sorted(table.to_pylist() if table is not None else [], key=lambda r: r["processed_at"]):
+        latest[f"{row['sha256']}:{row['page']}"] = row
+    return latest
 
 
 def write_run_summary(out_dir: Path, summary: dict[str, Any]) -> Path:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from pipeline.datamodel import FIELD_NAMES
-from pipeline.store import RESULT_SCHEMA, RESULTS, done_keys, read_dataset, read_table, write_part
+from pipeline.store import RESULT_SCHEMA, done_keys, latest_results, read_dataset, write_part
 from pipeline.validate import field_errors
 
 CORRECTIONS = "corrections"
@@ -149,12 +149,11 @@ def final_records(out_dir: Path) -> pa.Table:
     failed and nobody corrected are not records and stay in the failure queue.
     """
     rows: dict[str, dict[str, Any]] = {}
-    results = read_table(out_dir, RESULTS, ["source_path", "page", "sha256", "doc_type", "name", "id_number",
-                                            "expiry_date", "expiry_long_term", "run_id", "processed_at"])
-    for row in sorted(results.to_pylist() if results is not None else [], key=lambda r: r["processed_at"]):
+    latest = latest_results(out_dir, ["source_path", "page", "sha256", "doc_type", "name", "id_number",
+                                      "expiry_date", "expiry_long_term", "run_id", "processed_at"])
+    for key, row in latest.items():
         row.pop("processed_at")
-        rows[f"{row['sha256']}:{row['page']}"] = {**row, "decided_by": "machine", "decision": None,
-                                                  "who": None, "when": None}
+        rows[key] = {**row, "decided_by": "machine", "decision": None, "who": None, "when": None}
     for key, c in latest_corrections(out_dir).items():
         values = {name: c[f"{name}_after"] for name in EDITABLE_FIELDS}
         if c["decision"] == "cannot be read":

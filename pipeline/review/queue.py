@@ -26,7 +26,8 @@ from pipeline.datamodel import FIELD_NAMES
 from pipeline.failure_queue import current_failures, input_dirs
 from pipeline.review.corrections import latest_corrections
 from pipeline.review.thumbnails import Thumbnail, locate, thumbnail
-from pipeline.store import FAILURES, RESULTS, RUNS, latest_run_summary, read_table, run_input_dir, source_file_name
+from pipeline.store import (FAILURES, RESULTS, RUNS, latest_results, latest_run_summary, read_table, run_input_dir,
+                            source_file_name)
 
 MAX_PICTURES = 200
 
@@ -237,7 +238,7 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
             raise
     run = str(summary["run_id"])
     limit = ReviewSettings().threshold if threshold is None else threshold
-    latest = _latest_results(out_dir)
+    latest = latest_results(out_dir)
     if whole_out:
         records, failures = list(latest.values()), current_failures(out_dir, with_decided=True).to_pylist()
     else:
@@ -279,14 +280,6 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
     return ReviewQueue(out_dir=out_dir, run_id=run, threshold=limit, summary=summary, items=items,
                        results=len(confidences), confidences=confidences, whole_out=whole_out)
 
-
-def _latest_results(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """`sha256:page` -> the document's latest result row over all runs."""
-    table = read_table(out_dir, RESULTS)
-    latest: dict[str, dict[str, Any]] = {}
-    for row in sorted(table.to_pylist() if table is not None else [], key=lambda r: r["processed_at"]):
-        latest[f"{row['sha256']}:{row['page']}"] = row
-    return latest
 
 
 def _thumbnail(item: ReviewItem, folders: list[Path], settings: PrepareSettings) -> Thumbnail:
