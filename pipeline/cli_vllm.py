@@ -259,15 +259,14 @@ async def _store_import(out: Path, run_id: str, file: Path, recorded: BatchManif
     from pipeline.datamodel import SkipReason
     from pipeline.output_lock import hold_output
     from pipeline.review.corrections import corrected_keys
-    from pipeline.store import RESULTS, RunWriter, read_table, write_run_summary
+    from pipeline.store import RunWriter, done_keys, write_run_summary
     from pipeline.tally import RunTally
 
     writer = RunWriter(out, run_id, recorded.fingerprint, flush_every=settings.flush_every)
     tally = RunTally()
     async with hold_output(out, run_id=run_id, wait=wait, on_wait=_say):
-        stored = read_table(out, RESULTS, ["sha256", "page"])  # OutputUnreadable when a part is damaged
-        done = {f"{r['sha256']}:{r['page']}" for r in stored.to_pylist()} if stored is not None else set()
-        done |= corrected_keys(out)  # a person's decision is final
+        # a result by any run (OutputUnreadable when a part is damaged); a person's decision is final
+        done = done_keys(out, None) | corrected_keys(out)
         try:
             for outcome in outcomes:
                 tally.seen += 1
