@@ -56,7 +56,7 @@ async def hold_output(out_dir: Path, *, run_id: str, wait: bool,
     try:
         await lock.acquire(timeout=0)
     except Timeout:
-        busy = f"{out_dir} is being written by {holder(out_dir)}"
+        busy = _busy(out_dir)
         if not wait:
             raise OutputBusy(_refusal(busy)) from None
         if on_wait is not None:
@@ -69,6 +69,10 @@ async def hold_output(out_dir: Path, *, run_id: str, wait: bool,
         yield
     finally:
         await lock.release()
+
+
+def _busy(out_dir: Path) -> str:
+    return f"{out_dir} is being written by {holder(out_dir)}"
 
 
 def _refusal(busy: str) -> str:
@@ -85,6 +89,6 @@ def refusal_now(out_dir: Path) -> str | None:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        return _refusal(f"{out_dir} is being written by {holder(out_dir)}")
+        return _refusal(_busy(out_dir))
     lock.release()
     return None
