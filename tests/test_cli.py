@@ -111,7 +111,7 @@ def test_doctor_sample_that_is_no_file_is_one_masked_line(tmp_path: Path, kind: 
     sample = {"missing": tmp_path / NUMBER_NAME, "folder": tmp_path / NUMBER_NAME, "device": Path("/dev/zero")}[kind]
     if kind == "folder":
         sample.mkdir()
-    done = _idflow("doctor", "--backend", "openai", "--sample", str(sample), TAOTOKEN_API_KEY="k-123456",
+    done = _idflow("doctor", "--backend", "openai", "--sample", str(sample), TAOTOKEN_API_KEY="not-a-real-key",
                    TAOTOKEN_MODEL="m")
     assert done.returncode == 2 and "not a regular file" in done.stdout, done.stdout + done.stderr
     assert "110101199003071233" not in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
