@@ -7,6 +7,7 @@ these helpers from `pipeline.cli` the imports would run in a circle.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -21,7 +22,7 @@ from pipeline.masking import redact
 console = Console()
 
 CONFIG_ERROR = 2
-PREFECT_ERROR = 3  # the temporary Prefect server did not start
+PREFECT_ERROR = 3  # the Prefect API does not answer, or the local server did not start
 
 
 def config_error(message: str) -> typer.Exit:
@@ -61,9 +62,9 @@ def load_settings(**overrides: object) -> Settings:
 
 @contextmanager
 def prefect_api() -> Iterator[Callable[[], None]]:
-    """A Prefect API for a command that runs a flow: the configured one, or a temporary server owned by this
-    process (`flows/local_server.py`). Yields `ready()`: import the flows first, then call it, so the server's
-    start-up overlaps the imports; a server that does not start is one line and exit 3."""
+    """A Prefect API for a command that runs a flow: the configured one, or the local server runs share
+    (`flows/local_server.py`, started when none runs). Yields `ready()`: import the flows first, then call it, so
+    a server's start-up overlaps the imports; a server that does not start is one line and exit 3."""
     from flows.local_server import BackgroundServer, ServerStartError
 
     with BackgroundServer() as server:
@@ -81,17 +82,27 @@ def prefect_api() -> Iterator[Callable[[], None]]:
 def stopped_by_signal(what_now: str) -> Iterator[None]:
     """A flow stopped by SIGTERM (Prefect raises its `TerminationSignal` in whichever coroutine runs when the
     signal lands; the flow has flushed what it must and is marked Crashed) ends the command with one line saying
-    `what_now`, and exit 128 + the signal's number, instead of a traceback."""
+    `what_now`, and exit 128 + the signal's number, instead of a traceback.
+
+    Why a SIGTERM handler of our own for the block: after the flow run has crashed, Prefect restores the handler it
+    found and sends SIGTERM again; finding Python's default, that killed the process on the spot (exit -15, no
+    line) whenever the signal had reached Prefect's own handler. Ours raises the same `TerminationSignal`."""
+    from prefect.exceptions import TerminationSignal
+
+    def terminate(number: int, frame: object) -> None:
+        raise TerminationSignal(signal=number)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
         yield
     except BaseException as exc:
-        from prefect.exceptions import TerminationSignal
-
         number = _termination_signal(exc, TerminationSignal)
         if number is None:
             raise
         console.print(f"stopped by signal {number}: {what_now}")
         raise typer.Exit(128 + number) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _termination_signal(exc: BaseException, kind: type[BaseException]) -> int | None:

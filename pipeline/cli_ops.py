@@ -1,7 +1,9 @@
-"""`idflow serve` and `idflow watch`: the operations commands, registered onto the `idflow` app.
+"""`idflow serve`, `idflow watch` and `idflow stop-server`: the operations commands, registered onto the `idflow`
+app.
 
-Both need a real Prefect server (`PREFECT_API_URL`): without it every process starts its own ephemeral
-server, which has no scheduler and no trigger evaluation, so nothing would ever run.
+`serve` and `watch` need a real Prefect server (`PREFECT_API_URL`): the local server runs share when none is
+configured has no scheduler and no trigger evaluation, so nothing would ever run. `stop-server` stops that local
+server now instead of after its idle time.
 """
 
 from __future__ import annotations
@@ -94,7 +96,17 @@ def watch(
         pass
 
 
+def stop_server() -> None:
+    """Stop the local Prefect server that runs without PREFECT_API_URL share (it otherwise stops by itself
+    IDFLOW_PREFECT_SERVER_IDLE_S after the last run)."""
+    from flows.local_server import stop_shared_server
+
+    pid = stop_shared_server()
+    console.print(f"asked the local Prefect server (pid {pid}) to stop" if pid else "no local Prefect server runs")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `serve` and `watch` to the `idflow` app (called from pipeline/cli.py)."""
+    """Add `serve`, `watch` and `stop-server` to the `idflow` app (called from pipeline/cli.py)."""
     app.command()(serve)
     app.command()(watch)
+    app.command("stop-server")(stop_server)

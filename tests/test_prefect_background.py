@@ -1,10 +1,11 @@
-"""Prefect in the background of a plain `idflow run` (no PREFECT_API_URL): real `idflow` processes that start
-their own temporary Prefect server.
+"""Prefect in the background of a plain `idflow run` (no PREFECT_API_URL): real `idflow` processes that start or
+join the local Prefect server (`run_env` gives it no idle time unless a test says otherwise).
 
 - a run on a saturated CPU still succeeds (Prefect's own ephemeral server gives up after 20 s), prints no
-  concurrency-limit warning, and stops its server;
-- a run killed with SIGTERM or SIGKILL leaves no server process behind;
-- a server that cannot be ready in time fails the run with one line naming the setting to change.
+  concurrency-limit warning, and its server stops once the run ends;
+- a run killed with SIGTERM or SIGKILL lets go of the server, which then stops;
+- a server that cannot be ready in time fails the run with one line naming the setting to change;
+- runs share one server while it is up, and `idflow stop-server` stops it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.chat_server import ChatServer, ServerConfig
-from tests.support.idflow_process import REPO, idflow, prefect_servers, run_env, unique_scans
+from tests.support.idflow_process import REPO, idflow, no_server_left, prefect_servers, run_env, unique_scans
 from tests.support.prefect_server import wait_for
 
 KEY = "sk-background-7f3e9a1c5b2d"
@@ -54,7 +55,7 @@ def test_run_on_a_saturated_cpu_succeeds_quietly_and_stops_its_server(tmp_path: 
     assert "seen = results + failures + skipped: yes" in output
     assert "do not exist" not in output and "skipping acquisition" not in output, output[-3000:]
     assert "Traceback" not in output
-    assert prefect_servers(tmp_path / "prefect-home") == []
+    no_server_left(tmp_path / "prefect-home")
     assert (tmp_path / "prefect-home" / "prefect.db").is_file()  # the run did use a server of its own
 
 
@@ -83,7 +84,7 @@ def test_killed_run_leaves_no_prefect_server(tmp_path: Path, sig: signal.Signals
                 output = (tmp_path / "run.log").read_text(errors="replace")
                 assert code == 128 + signal.SIGTERM and "stopped by signal 15" in output, output[-3000:]
                 assert "Traceback" not in output, output[-3000:]
-            wait_for(lambda: prefect_servers(tmp_path / "prefect-home") == [], 30, "the server to go", every=0.2)
+            no_server_left(tmp_path / "prefect-home")
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -102,7 +103,7 @@ def test_server_not_ready_in_time_is_one_clear_line(tmp_path: Path) -> None:
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1 and "not ready after 1 s" in lines[0], output
     assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in lines[0] and "PREFECT_API_URL" in lines[0]
-    assert prefect_servers(tmp_path / "prefect-home") == []
+    no_server_left(tmp_path / "prefect-home")
 
 
 def test_a_configured_api_that_does_not_answer_is_one_clear_line(tmp_path: Path) -> None:
@@ -137,3 +138,92 @@ def test_api_url_from_the_active_profile_means_no_temporary_server(tmp_path: Pat
     assert ask() == ["http://127.0.0.1:4200/api", "False"]
     assert ask(PREFECT_PROFILE="other") == ["None", "False"]
     assert ask(PREFECT_API_URL="http://127.0.0.1:9/api") == ["http://127.0.0.1:9/api", "False"]
+
+
+def _environ(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/environ").read_bytes()
+
+
+def test_runs_share_one_local_server_until_it_is_stopped(tmp_path: Path) -> None:
+    """Two runs started together start one server; a later run joins it (the fixed cost of a run is then its own
+    imports); the server holds no key; `idflow stop-server` stops it; a server that died leaves a state the next
+    run does not trust."""
+    home = tmp_path / "prefect-home"
+    (tmp_path / "in").mkdir()
+    env = run_env(tmp_path, IDFLOW_PREFECT_SERVER_IDLE_S="600", TAOTOKEN_API_KEY=KEY)
+
+    def run(name: str) -> subprocess.Popen[bytes]:
+        return idflow("run", str(tmp_path / "in"), "--out", str(tmp_path / name), env=env, cwd=tmp_path,
+                      log=tmp_path / f"{name}.log")
+
+    def finished(proc: subprocess.Popen[bytes], name: str) -> None:
+        assert proc.wait(timeout=900) == 0, (tmp_path / f"{name}.log").read_text(errors="replace")[-3000:]
+
+    try:
+        together = {name: run(name) for name in ("a", "b")}
+        for name, proc in together.items():
+            finished(proc, name)
+        servers = prefect_servers(home)
+        assert len(servers) == 1, servers
+        assert KEY.encode() not in _environ(servers[0])
+
+        finished(run("c"), "c")
+        assert prefect_servers(home) == servers
+
+        os.kill(servers[0], signal.SIGKILL)  # its state file stays behind, naming a dead process
+        wait_for(lambda: prefect_servers(home) == [], 60, "the killed server to go", every=0.2)
+        finished(run("d"), "d")
+        replacement = prefect_servers(home)
+        assert len(replacement) == 1 and replacement != servers
+
+        stop = subprocess.run([sys.executable, "-m", "pipeline", "stop-server"], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert stop.returncode == 0 and f"pid {replacement[0]}" in stop.stdout, stop.stdout + stop.stderr
+        no_server_left(home)
+        again = subprocess.run([sys.executable, "-m", "pipeline", "stop-server"], env=env, cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and "no local Prefect server runs" in again.stdout, again.stdout
+    finally:
+        for pid in prefect_servers(home):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_bad_idle_time_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    env = run_env(tmp_path, IDFLOW_PREFECT_SERVER_IDLE_S="ten minutes")
+    proc = idflow("run", str(tmp_path / "in"), "--out", str(tmp_path / "out"), env=env, cwd=tmp_path,
+                  log=tmp_path / "run.log")
+    assert proc.wait(timeout=600) == 3
+    lines = [line for line in (tmp_path / "run.log").read_text(errors="replace").splitlines() if line.strip()]
+    assert lines == ["error: IDFLOW_PREFECT_SERVER_IDLE_S='ten minutes' is not a number of seconds"], lines
+    assert prefect_servers(tmp_path / "prefect-home") == []
+
+
+STOPS_ITSELF = """
+import os, signal, sys, time
+import typer
+from prefect import flow
+from pipeline.cli_common import prefect_api, stopped_by_signal
+
+@flow
+def stops_itself() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)  # lands in Prefect's handler, in the flow's own thread
+    time.sleep(120)
+
+try:
+    with prefect_api() as ready:
+        ready()
+        with stopped_by_signal("nothing was lost"):
+            stops_itself()
+except typer.Exit as exc:
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_sigterm_inside_a_flow_is_one_line_and_exit_143(tmp_path: Path) -> None:
+    """Prefect sends SIGTERM again once the flow run has crashed; that must not kill the command on the spot."""
+    done = subprocess.run([sys.executable, "-c", STOPS_ITSELF], env=run_env(tmp_path), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 128 + signal.SIGTERM, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "stopped by signal 15: nothing was lost" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr

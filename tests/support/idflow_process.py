@@ -1,5 +1,5 @@
 """`idflow run` as a real subprocess, for tests of what a user's shell sees: its environment without a Prefect
-API (so the run starts its own temporary server), the servers it left behind, and unique scans to feed it."""
+API (so the run starts or joins the local server), the servers left behind, and unique scans to feed it."""
 
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ from pathlib import Path
 from PIL import Image
 
 REPO = Path(__file__).resolve().parent.parent.parent
-SERVER_APP = b"prefect.server.api.server:create_app"
+SERVER_MODULE = b"flows.local_server"
 
 
 def run_env(tmp: Path, **extra: str) -> dict[str, str]:
-    """The environment of a run with no Prefect API configured and a Prefect home of its own under `tmp`."""
+    """The environment of a run with no Prefect API configured and a Prefect home of its own under `tmp`; its
+    local server stops as soon as the last run using it ends, unless `extra` sets another idle time."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "IDFLOW_", "TAOTOKEN_"))}
-    env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PYTHONUNBUFFERED="1", COLUMNS="200", **extra)
-    return env
+    return {**env, "PYTHONPATH": str(REPO), "PREFECT_HOME": str(tmp / "prefect-home"),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PYTHONUNBUFFERED": "1", "COLUMNS": "200",
+            "IDFLOW_PREFECT_SERVER_IDLE_S": "0", **extra}
 
 
 def idflow(*args: str, env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -30,17 +31,24 @@ def idflow(*args: str, env: dict[str, str], cwd: Path, log: Path) -> subprocess.
 
 
 def prefect_servers(prefect_home: Path) -> list[int]:
-    """Pids of Prefect server processes whose PREFECT_HOME is `prefect_home` (so only the ones our runs started,
-    whatever else runs on the machine)."""
+    """Pids of local Prefect server processes whose PREFECT_HOME is `prefect_home` (so only the ones our runs
+    started, whatever else runs on the machine)."""
     wanted = f"PREFECT_HOME={prefect_home}".encode()
     pids = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if SERVER_APP in (proc / "cmdline").read_bytes() and wanted in (proc / "environ").read_bytes().split(b"\0"):
+            if SERVER_MODULE in (proc / "cmdline").read_bytes() and wanted in (proc / "environ").read_bytes().split(b"\0"):
                 pids.append(int(proc.name))
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return pids
+
+
+def no_server_left(prefect_home: Path) -> None:
+    """Wait until the local server of `prefect_home` is gone (it stops on its own once no run uses it)."""
+    from tests.support.prefect_server import wait_for
+
+    wait_for(lambda: prefect_servers(prefect_home) == [], 60, "the local Prefect server to stop", every=0.2)
 
 
 def unique_scans(folder: Path, count: int, size: tuple[int, int] = (320, 208)) -> Path:
