@@ -166,7 +166,7 @@ def page_count(source: Source, settings: PrepareSettings | None = None) -> int:
     """
     settings = settings or PrepareSettings()
     data = _data(source, settings)
-    kind = sniff(data)
+    kind = sniff(data, settings)
     if kind is Kind.PDF:
         return _pdf_page_count(data)
     with _open_image(data, kind, settings) as im:
@@ -187,7 +187,7 @@ def open_page(source: Source, page: int, settings: PrepareSettings, *,
     applies to the full declared size either way.
     """
     data = _data(source, settings)
-    kind = sniff(data)
+    kind = sniff(data, settings)
     if kind is Kind.PDF:
         return _render_pdf_page(data, page, settings, min_size)
     im = _open_image(data, kind, settings)  # in memory: nothing to close, and the page may be `im` itself
@@ -204,7 +204,7 @@ def page_size(source: Source, page: int, settings: PrepareSettings) -> tuple[int
     alone: what `--dry-run` needs to predict tokens without decoding a whole folder, and what `prepare` needs to
     decide how small a page may be decoded."""
     data = _data(source, settings)
-    kind = sniff(data)
+    kind = sniff(data, settings)
     if kind is Kind.PDF:
         with _PDFIUM_LOCK:
             doc = _open_pdf(data)

@@ -1,4 +1,4 @@
-"""Thumbnails of the prepared page (what the model saw), re-prepared from the source file.
+"""Thumbnails of the prepared page (what a model sees), re-prepared from the source file.
 
 The source is found again from the run summary's input folder and the row's relative path, and used only if
 its bytes still hash to the row's sha256: a file that changed since the run would show a different document.
@@ -8,16 +8,13 @@ Thumbnails hold personal data, so they live only inside OUT (embedded in the rev
 from __future__ import annotations
 
 import base64
-import io
 from dataclasses import dataclass
 from pathlib import Path
-
-from PIL import Image
 
 from pipeline.config import PrepareSettings
 from pipeline.datamodel import DocumentRef, Failure
 from pipeline.ingest import sha256_file
-from pipeline.prepare import prepare_page
+from pipeline.prepare import cap_long_edge, encode, prepare_page
 
 THUMBNAIL_LONG_EDGE = 480
 THUMBNAIL_QUALITY = 80
@@ -52,12 +49,11 @@ def locate(source_path: str, sha256: str | None, folders: list[Path]) -> tuple[P
 
 
 def thumbnail(path: Path, source_path: str, sha256: str, page: int, settings: PrepareSettings) -> Thumbnail:
-    """Prepare the page exactly as the pipeline did, then downscale it for the review page."""
-    prepared = prepare_page(DocumentRef(path=path, rel_path=source_path, sha256=sha256, page=page), settings)
+    """Prepare the page as a VLM run does (orientation found on the page at the size sent, no full-size copy for
+    the OCR: the picture is 480 px, and that costs about half), then shrink and encode it for the review page."""
+    prepared = prepare_page(DocumentRef(path=path, rel_path=source_path, sha256=sha256, page=page), settings,
+                            keep_full=False)
     if isinstance(prepared, Failure):
         return Thumbnail(None, f"the page cannot be prepared ({prepared.reason}): no picture")
-    image = Image.fromarray(prepared.pixels)
-    image.thumbnail((THUMBNAIL_LONG_EDGE, THUMBNAIL_LONG_EDGE), Image.Resampling.LANCZOS)
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=THUMBNAIL_QUALITY, optimize=True)
-    return Thumbnail("data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"))
+    jpeg, mime = encode(cap_long_edge(prepared.pixels, THUMBNAIL_LONG_EDGE), "jpeg", THUMBNAIL_QUALITY)
+    return Thumbnail(f"data:{mime};base64," + base64.b64encode(jpeg).decode("ascii"))
