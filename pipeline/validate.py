@@ -56,9 +56,9 @@ def semantic_problems(fields: dict[str, Any]) -> list[tuple[Reason, str]]:
     if check is not None and not _NUMBER_CHECKS[check](fields["id_number"]):
         problems.append((Reason.CHECKSUM_FAILED, f"{check}: {_NUMBER_CHECK_FAILED[check]}"))
     name = fields.get("name")
-    if isinstance(name, str) and not looks_like_name(name):  # MRZ debris or a number read as a name: never stored
-        problems.append((Reason.SCHEMA_VIOLATION,
-                         "name.shape: a name holds only letters, spaces, hyphens and apostrophes"))
+    if isinstance(name, str) and not looks_like_name(name, abbreviations=True):  # MRZ debris, a number: never stored
+        problems.append((Reason.SCHEMA_VIOLATION, "name.shape: a name holds only letters, spaces, hyphens, "
+                                                  "apostrophes and a period after an abbreviated word"))
     return problems
 
 

@@ -44,6 +44,8 @@ def test_a_wrong_check_digit_is_refused_with_the_reason_and_the_right_one_accept
     assert correction_problems({**right, "doc_type": "library_card"}, "landscape")  # schema enum
     lower_x = clean_values({"doc_type": "cn_id", "name": "李娜", "id_number": "11010519491231002x"})
     assert lower_x["id_number"].endswith("X") and correction_problems(lower_x, "landscape") == []
+    abbreviated = clean_values({"doc_type": "passport", "name": "ST. JOHN MARY", "id_number": "X1234567"})
+    assert correction_problems(abbreviated, "landscape") == []  # as printed: the person's answer is final
 
 
 def test_confirmed_when_nothing_changed() -> None:
