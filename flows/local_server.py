@@ -6,17 +6,20 @@ which a busy machine exceeds, it is stopped by an `atexit` hook (a run killed wi
 running), and every run paid its start-up: importing Prefect's server app alone takes 6-8 s on two cores, which
 made the fixed cost of `idflow run` 11-13 s. This one
 - is started before Prefect is imported in the run's process, so a first start overlaps the run's imports;
-- stays up for `IDFLOW_PREFECT_SERVER_IDLE_S` (600 s) after the last run that used it ended, however that run
-  ended (each run holds a shared `flock` on the lease file while it uses the server; the kernel drops it when
-  the run dies, SIGKILL included), so the next run starts in the time of its own imports; 0 stops it as soon as
-  the last run ends;
-- is one per Prefect home and server settings (the `PREFECT_*` environment and the interpreter), so runs with
-  another database never share it, and two runs started together start one server, not two (a file lock);
-- listens on a socket the starting run bound and hands over (no port to race for), and gets no keys: variables
-  that name keys, tokens, secrets or passwords, and every `IDFLOW_`/`TAOTOKEN_`/`OPENAI_` one, are left out of
-  its environment;
+- stays up for `IDFLOW_PREFECT_SERVER_IDLE_S` (600 s; the wish of the run that joined last) after the last run
+  that used it ended, however that run ended (each run holds a shared `flock` on the lease file while it uses the
+  server; the kernel drops it when the run dies, SIGKILL included), so the next run starts in the time of its own
+  imports; 0 stops it as soon as the last run ends; `idflow stop-server` stops it now, and refuses while runs
+  use it unless `--force`;
+- is one per Prefect home, server settings (the `PREFECT_*` environment) and Python environment, so runs with
+  another database never share it, and two runs started together start one server, not two (a file lock); a run
+  that joined a server which then went away before answering starts a new one;
+- listens on a socket the starting run bound and hands over (no port to race for), and gets no keys: its
+  environment is an allow-list of the run's (system variables, `PYTHON*`, `LC_*`, and the `PREFECT_*` settings
+  but for the API key and URL);
 - is waited for up to `PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS` when the user set it, else
-  `STARTUP_TIMEOUT_S`, and a server that is not ready is one line naming both settings.
+  `STARTUP_TIMEOUT_S`, and a server that is not ready is one line naming both settings; loopback is kept out of
+  the user's proxy.
 
 Module import is cheap on purpose (standard library only): Prefect is imported in `BackgroundServer.wait` by the
 run, and in `serve` by the server.
@@ -50,8 +53,13 @@ IDLE_VAR = "IDFLOW_PREFECT_SERVER_IDLE_S"
 DEFAULT_IDLE_S = 600.0
 WATCH_EVERY_S = 0.5
 APP = "prefect.server.api.server:create_app"
-_NOT_FOR_THE_SERVER = ("IDFLOW_", "TAOTOKEN_", "OPENAI_")
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+# What the server's environment keeps of the run's (it outlives the run, so nothing else: no keys, DSNs, tokens)
+_SERVER_VARIABLES = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+                     "VIRTUAL_ENV", "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+                     "CURL_CA_BUNDLE", "SYSTEMROOT"}
+_SERVER_PREFIXES = ("PREFECT_", "LC_", "PYTHON")
+_NOT_FOR_THE_SERVER = ("PREFECT_API_URL", "PREFECT_API_KEY", "PREFECT_API_AUTH_STRING", "PREFECT_CLOUD_")
+_LOOPBACK = "127.0.0.1,localhost"
 
 
 class ServerStartError(RuntimeError):
@@ -82,19 +90,19 @@ def _read_toml(default: Path, variable: str) -> dict[str, Any]:
 
 
 def server_dir() -> Path:
-    """Where the shared server of this Prefect home, these `PREFECT_*` settings and this interpreter keeps its
-    state, lease and log."""
-    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("PREFECT_") and k != "PREFECT_API_URL")
-    key = hashlib.sha256(json.dumps([sys.executable, settings]).encode()).hexdigest()[:16]
+    """Where the shared server of this Prefect home, the server's `PREFECT_*` settings and this Python
+    environment (`sys.prefix`: another venv may hold another Prefect) keeps its state, lease and log."""
+    settings = sorted((k, v) for k, v in server_env().items() if k.startswith("PREFECT_"))
+    key = hashlib.sha256(json.dumps([sys.prefix, settings]).encode()).hexdigest()[:16]
     return _prefect_home() / "idflow-server" / key
 
 
 def server_env() -> dict[str, str]:
-    """The server's environment: this one without keys (it outlives the run) and with the UI and analytics off."""
+    """The server's environment: an allow-list of this one (the server outlives the run, so it gets no key,
+    token or connection string it does not need; its own database URL is a `PREFECT_` setting it does need),
+    with the UI and analytics off."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(_NOT_FOR_THE_SERVER)
-           and (k.startswith("PREFECT_") or not any(word in k.upper() for word in _SECRET_WORDS))}
-    env.pop("PREFECT_API_URL", None)
+           if (k in _SERVER_VARIABLES or k.startswith(_SERVER_PREFIXES)) and not k.startswith(_NOT_FOR_THE_SERVER)}
     return {**env, "PREFECT_UI_ENABLED": "false", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
 
@@ -114,9 +122,10 @@ def idle_seconds() -> float:
 class _State:
     """`state.json` of a shared server: its pid and port. Written by the run that starts it, holding
     `start.lock` and the lease; removed by the server when it stops (holding the lease exclusively when idle, or
-    `start.lock` on its way out)."""
+    `start.lock` on its way out) and by `stop_shared_server` (holding `start.lock`)."""
 
     def __init__(self, folder: Path) -> None:
+        self.folder = folder
         self.path = folder / "state.json"
 
     def read(self) -> tuple[int, int] | None:
@@ -126,7 +135,7 @@ class _State:
             pid, port = int(data["pid"]), int(data["port"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return (pid, port) if is_shared_server(pid) else None
+        return (pid, port) if is_shared_server(pid, self.folder) else None
 
     def write(self, pid: int, port: int) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -141,10 +150,12 @@ class _State:
             pass
 
 
-def is_shared_server(pid: int) -> bool:
-    """`pid` is a running shared server (not a process that got its number after a reboot or a crash)."""
+def is_shared_server(pid: int, folder: Path) -> bool:
+    """`pid` is the running shared server of `folder` (not a process that got its number after a reboot or a
+    crash, nor another Prefect home's server)."""
     try:
-        return b"flows.local_server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return b"flows.local_server" in words and os.fsencode(folder) in words
     except OSError:
         if sys.platform.startswith("linux"):
             return False
@@ -163,13 +174,55 @@ def _file_lock(path: Path) -> Any:
     return FileLock(str(path))
 
 
-def healthy(api_url: str) -> bool:
-    """The Prefect API at `api_url` answers its health check."""
+def _open_lease(folder: Path) -> IO[str]:
+    return (folder / "lease").open("a")
+
+
+def _is_current(lease: IO[str], folder: Path) -> bool:
+    """`lease` is the file now at `folder/lease` (not one deleted or replaced since it was opened)."""
     try:
-        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
+        return os.stat(folder / "lease").st_ino == os.fstat(lease.fileno()).st_ino
+    except OSError:
+        return False
+
+
+def _write_idle_wish(folder: Path, idle: float) -> None:
+    """The idle time of the run that joined last, which the server's watcher applies (`_idle_wish`)."""
+    tmp = folder / f".idle.{os.getpid()}.tmp"
+    tmp.write_text(repr(idle), encoding="utf-8")
+    os.replace(tmp, folder / "idle")
+
+
+def _idle_wish(folder: Path, default: float) -> float:
+    try:
+        value = float((folder / "idle").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return default
+    return value if 0 <= value < float("inf") else default
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def healthy(api_url: str) -> bool:
+    """The Prefect API at `api_url` answers its health check (asked directly: a loopback server is never behind
+    the user's proxy)."""
+    try:
+        with _NO_PROXY.open(f"{api_url}/health", timeout=2) as response:
             return response.status == 200
     except OSError:
         return False
+
+
+def _loopback_without_proxy() -> None:
+    """Add loopback to NO_PROXY when a proxy is set: Prefect's client (httpx) would send the local server's
+    requests to the proxy, and the run would wait on it."""
+    if not any(os.environ.get(v) for v in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
+                                           "ALL_PROXY")):
+        return
+    for variable in ("no_proxy", "NO_PROXY"):
+        current = os.environ.get(variable, "")
+        os.environ[variable] = f"{current},{_LOOPBACK}" if current else _LOOPBACK
 
 
 def unreachable(api_url: str) -> str | None:
@@ -217,6 +270,14 @@ class BackgroundServer:
                 self._join()
             except ServerStartError as exc:
                 self._error = exc
+            except OSError as exc:  # PREFECT_HOME read-only, full, not a folder, ...
+                if self.proc is not None and self.proc.poll() is None:  # started, but its state could not be kept
+                    self.proc.terminate()
+                self.stop()
+                self._error = ServerStartError(
+                    f"the local Prefect server cannot keep its files in {self._folder} "
+                    f"({exc.strerror or type(exc).__name__}): set PREFECT_HOME to a writable folder, or "
+                    "PREFECT_API_URL to use a running server")
         return self
 
     def _join(self) -> None:
@@ -225,8 +286,13 @@ class BackgroundServer:
         idle = idle_seconds()
         self._folder.mkdir(parents=True, exist_ok=True)
         with _file_lock(self._folder / "start.lock"):
-            self._lease = (self._folder / "lease").open("a")
+            self._lease = _open_lease(self._folder)
             fcntl.flock(self._lease, fcntl.LOCK_SH)
+            while not _is_current(self._lease, self._folder):  # deleted (a cleaner) or replaced meanwhile
+                self._lease.close()
+                self._lease = _open_lease(self._folder)
+                fcntl.flock(self._lease, fcntl.LOCK_SH)
+            _write_idle_wish(self._folder, idle)
             state = _State(self._folder)
             running = state.read()
             if running is not None:
@@ -252,7 +318,12 @@ class BackgroundServer:
         self.pid = self.proc.pid
 
     def _alive(self) -> bool:
-        return self.proc.poll() is None if self.proc is not None else is_shared_server(self.pid)
+        return self.proc.poll() is None if self.proc is not None else is_shared_server(self.pid, self._folder)
+
+    def _let_go(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.close()
 
     def wait(self) -> str | None:
         """Block until the server answers `/api/health`, then set PREFECT_API_URL for this process (a Prefect
@@ -276,18 +347,22 @@ class BackgroundServer:
         timeout = chosen if TIMEOUT_VAR in os.environ or chosen != default else STARTUP_TIMEOUT_S
         deadline = time.monotonic() + timeout
         while not healthy(self.api_url):
-            if not self._alive():
-                code = f" with code {self.proc.returncode}" if self.proc is not None else ""
-                last = self._last_line()
-                self.stop()
-                raise ServerStartError(f"the local Prefect server exited{code} before it was ready ({last}); set "
-                                       "PREFECT_API_URL to use a running server")
             if time.monotonic() > deadline:
                 last = self._last_line()
                 self.stop()
-                raise ServerStartError(f"the local Prefect server was not ready after {timeout} s ({last}): set "
-                                       f"{TIMEOUT_VAR} to wait longer, or PREFECT_API_URL to use a running server")
+                raise ServerStartError(f"the local Prefect server (pid {self.pid}) was not ready after {timeout} s "
+                                       f"({last}): set {TIMEOUT_VAR} to wait longer, `idflow stop-server --force` "
+                                       "to replace it, or PREFECT_API_URL to use a running server")
+            if not self._alive() and self.proc is None:  # joined one that went away (stopped, killed): start one
+                self._let_go()
+                self._join()
+            elif not self._alive():
+                last = self._last_line()
+                self.stop()
+                raise ServerStartError(f"the local Prefect server exited with code {self.proc.returncode} before "
+                                       f"it was ready ({last}); set PREFECT_API_URL to use a running server")
             time.sleep(0.2)
+        _loopback_without_proxy()
         os.environ["PREFECT_API_URL"] = self.api_url
         self._settings.enter_context(temporary_settings(updates={PREFECT_API_URL: self.api_url}))
         return self.api_url
@@ -308,8 +383,7 @@ class BackgroundServer:
             _drain_prefect_queues(drain_s)
             del os.environ["PREFECT_API_URL"]
         self._settings.close()
-        lease, self._lease = self._lease, None
-        lease.close()
+        self._let_go()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -324,39 +398,65 @@ def _drain_prefect_queues(timeout: float) -> None:
         sys.modules["prefect.events.worker"].EventsWorker.drain_all(timeout=timeout)
 
 
-def stop_shared_server() -> int | None:
-    """Ask the shared server of this environment to stop now (SIGTERM; it finishes the requests it has); its pid,
-    or None when none runs."""
+class ServerInUse(RuntimeError):
+    """Runs hold the shared server: stopping it would fail them."""
+
+
+def stop_shared_server(force: bool = False) -> int | None:
+    """Stop the shared server of this environment now (its state goes first, so no run joins it on its way
+    out; then SIGTERM: it finishes the requests it has). Its pid, or None when none runs; `ServerInUse` when runs
+    hold it, unless `force`."""
     folder = server_dir()
-    running = _State(folder).read() if folder.is_dir() else None
-    if running is None:
+    if not folder.is_dir():
         return None
-    os.kill(running[0], signal.SIGTERM)
+    with _file_lock(folder / "start.lock"), _open_lease(folder) as lease:
+        state = _State(folder)
+        running = state.read()
+        if running is None:
+            return None
+        try:
+            fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not force:
+                raise ServerInUse(f"runs are using the local Prefect server (pid {running[0]}); it stops by itself "
+                                  "once they end and it has been idle, or `--force` stops it now (those runs then "
+                                  "fail; run them again)") from None
+        state.remove_if(running[0])
+        os.kill(running[0], signal.SIGTERM)
     return running[0]
 
 
 def _watch_idle(server: Any, folder: Path, idle_s: float) -> None:
-    """Stop `server` once no run has held the lease for `idle_s`. The check takes the lease exclusively, which
-    succeeds only when no run holds it; the state is removed before the lease is let go, so a run that was
-    waiting for the lease then starts a new server instead of joining this one."""
+    """Stop `server` once no run has held the lease for the idle time (the last joining run's wish, else
+    `idle_s`). The check takes the lease exclusively, which succeeds only when no run holds it; the state is
+    removed before the lease is let go, so a run that was waiting for the lease then starts a new server instead
+    of joining this one. A lease file deleted or replaced meanwhile is watched too while runs still hold it."""
     state, last_used = _State(folder), time.monotonic()
-    with (folder / "lease").open("a") as lease:
-        while not server.should_exit:
+    leases: list[IO[str]] = []
+    while not server.should_exit:
+        if not any(_is_current(lease, folder) for lease in leases):
+            leases.append(_open_lease(folder))
+        free = []
+        for lease in leases:
             try:
                 fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                free.append(lease)
             except BlockingIOError:
                 last_used = time.monotonic()
-            else:
-                done = time.monotonic() - last_used >= idle_s
-                if done:  # no run can be writing the state now: a run writes it holding the lease
-                    state.remove_if(os.getpid())
-                fcntl.flock(lease, fcntl.LOCK_UN)
-                if done:
-                    if not server.started:  # still importing Prefect's app: nothing to shut down in order
-                        os._exit(0)
-                    server.should_exit = True
-                    return
-            time.sleep(WATCH_EVERY_S)
+        done = len(free) == len(leases) and time.monotonic() - last_used >= _idle_wish(folder, idle_s)
+        if done:  # no run can be writing the state now: a run writes it holding the lease
+            state.remove_if(os.getpid())
+        for lease in free:
+            fcntl.flock(lease, fcntl.LOCK_UN)
+            if not _is_current(lease, folder):  # an old file no run holds any more
+                leases.remove(lease)
+                lease.close()
+        if done:
+            if not server.started:  # still importing Prefect's app: nothing to shut down in order
+                os._exit(0)
+            server.should_exit = True
+            return
+        time.sleep(WATCH_EVERY_S)
 
 
 def serve(argv: list[str] | None = None) -> None:

@@ -96,12 +96,16 @@ def watch(
         pass
 
 
-def stop_server() -> None:
+def stop_server(force: Annotated[bool, typer.Option("--force", help="stop it even while runs use it (they fail)")]
+                = False) -> None:
     """Stop the local Prefect server that runs without PREFECT_API_URL share (it otherwise stops by itself
-    IDFLOW_PREFECT_SERVER_IDLE_S after the last run)."""
-    from flows.local_server import stop_shared_server
+    IDFLOW_PREFECT_SERVER_IDLE_S after the last run); refused while runs use it, unless --force."""
+    from flows.local_server import ServerInUse, stop_shared_server
 
-    pid = stop_shared_server()
+    try:
+        pid = stop_shared_server(force)
+    except ServerInUse as exc:
+        raise config_error(str(exc)) from None
     console.print(f"asked the local Prefect server (pid {pid}) to stop" if pid else "no local Prefect server runs")
 
 

@@ -10,11 +10,13 @@ join the local Prefect server (`run_env` gives it no idle time unless a test say
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -227,3 +229,106 @@ def test_sigterm_inside_a_flow_is_one_line_and_exit_143(tmp_path: Path) -> None:
     assert done.returncode == 128 + signal.SIGTERM, done.stdout[-3000:] + done.stderr[-3000:]
     assert "stopped by signal 15: nothing was lost" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_prefect_home_that_cannot_hold_the_server_files_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "a-file").write_text("not a folder")
+    env = run_env(tmp_path, PREFECT_HOME=str(tmp_path / "a-file" / "home"))
+    proc = idflow("run", str(tmp_path / "in"), "--out", str(tmp_path / "out"), env=env, cwd=tmp_path,
+                  log=tmp_path / "run.log")
+    assert proc.wait(timeout=600) == 3
+    output = (tmp_path / "run.log").read_text(errors="replace")
+    assert "the local Prefect server cannot keep its files in" in output and "PREFECT_HOME" in output, output
+    assert "Traceback" not in output, output
+
+
+HOLDS_THE_SERVER = """
+import sys
+from flows.local_server import BackgroundServer
+
+with BackgroundServer() as server:
+    server.wait()
+    print(server.pid, flush=True)
+    sys.stdin.read()  # holds the server until its stdin closes
+"""
+
+
+def _holder(env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], int]:
+    """A process using the local server (as a run does) until its stdin is closed; and the server's pid."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDS_THE_SERVER], env=env, cwd=cwd, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def _stop_server(env: dict[str, str], cwd: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pipeline", "stop-server", *flags], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_server_in_use_is_neither_stopped_nor_lost(tmp_path: Path) -> None:
+    """`stop-server` refuses while a run uses the server; a lease file deleted under a run does not make the
+    server think it is idle; the idle time is the last joining run's; the server's environment holds no key."""
+    home = tmp_path / "prefect-home"
+    env = run_env(tmp_path, IDFLOW_PREFECT_SERVER_IDLE_S="600", PREFECT_API_KEY="pnu_not_for_the_server",
+                  DB_URL="postgres://ops:hunter2@db/idflow")
+    holder, pid = _holder(env, tmp_path)
+    try:
+        environ = _environ(pid)
+        assert b"pnu_not_for_the_server" not in environ and b"hunter2" not in environ
+        refused = _stop_server(env, tmp_path)
+        assert refused.returncode == 2 and "--force" in refused.stdout, refused.stdout + refused.stderr
+        assert prefect_servers(home) == [pid]
+
+        for lease in (home / "idflow-server").glob("*/lease"):
+            lease.unlink()  # a cleaner of old files
+        second, same = _holder({**env, "IDFLOW_PREFECT_SERVER_IDLE_S": "0"}, tmp_path)  # the last wish: 0
+        assert same == pid
+        second.stdin.close()  # type: ignore[union-attr]
+        assert second.wait(timeout=120) == 0
+        # Idle 0 now, but the first holder still holds the deleted lease file: the server stays.
+        assert healthy_after_a_while(pid, home)
+        holder.stdin.close()  # type: ignore[union-attr]
+        assert holder.wait(timeout=120) == 0
+        no_server_left(home)
+    finally:
+        holder.kill()
+        for server in prefect_servers(home):
+            os.kill(server, signal.SIGKILL)
+
+
+def healthy_after_a_while(pid: int, home: Path) -> bool:
+    """The server `pid` still runs after its watcher has looked at the lease several times (it looks every
+    0.5 s; an event that does not happen cannot be waited for, so this one waits for the watcher's ticks)."""
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        if prefect_servers(home) != [pid]:
+            return False
+        time.sleep(0.25)
+    return True
+
+
+def test_a_run_that_joined_a_server_that_went_away_starts_its_own(tmp_path: Path) -> None:
+    """A state file naming a process that looks like the server but never answers: the run joins it; when that
+    process is gone (stopped, killed), the run starts a server of its own instead of failing."""
+    home = tmp_path / "prefect-home"
+    (tmp_path / "in").mkdir()
+    env = run_env(tmp_path)
+    folder = Path(subprocess.run([sys.executable, "-c", "from flows.local_server import server_dir; "
+                                  "print(server_dir())"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                                 check=True).stdout.strip())
+    folder.mkdir(parents=True)
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "flows.local_server",
+                             str(folder)])
+    try:
+        (folder / "state.json").write_text(json.dumps({"pid": fake.pid, "port": 9}))  # nothing answers there
+        proc = idflow("run", str(tmp_path / "in"), "--out", str(tmp_path / "out"), env=env, cwd=tmp_path,
+                      log=tmp_path / "run.log")
+        wait_for(lambda: (folder / "idle").exists() or proc.poll() is not None, 300, "the run to join")
+        fake.kill()
+        assert proc.wait(timeout=600) == 0, (tmp_path / "run.log").read_text(errors="replace")[-3000:]
+        no_server_left(home)
+    finally:
+        fake.kill()
+        fake.wait()

@@ -37,7 +37,8 @@ def prefect_servers(prefect_home: Path) -> list[int]:
     pids = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if SERVER_MODULE in (proc / "cmdline").read_bytes() and wanted in (proc / "environ").read_bytes().split(b"\0"):
+            words = (proc / "cmdline").read_bytes().split(b"\0")
+            if SERVER_MODULE in words and wanted in (proc / "environ").read_bytes().split(b"\0"):
                 pids.append(int(proc.name))
         except OSError:  # gone meanwhile, or not ours to read
             continue
