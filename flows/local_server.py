@@ -237,7 +237,7 @@ def unreachable(api_url: str) -> str | None:
         return " ".join(str(getattr(exc, "reason", exc)).split()) or type(exc).__name__
 
 
-def _without_userinfo(url: str) -> str:
+def without_userinfo(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     return parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
 
@@ -338,7 +338,7 @@ class BackgroundServer:
         if self._lease is None or settings.api.url:  # configured (also in .env or prefect.toml): use that one
             self.stop()
             if settings.api.url and (why := unreachable(settings.api.url)):
-                raise ServerStartError(f"the Prefect API at {_without_userinfo(settings.api.url)} does not answer "
+                raise ServerStartError(f"the Prefect API at {without_userinfo(settings.api.url)} does not answer "
                                        f"({why}): start it (`prefect server start`), or unset PREFECT_API_URL "
                                        "to let idflow start a local one")
             return settings.api.url

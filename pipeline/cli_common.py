@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
+from typing import Any
 from contextlib import contextmanager
 
 import typer
@@ -64,18 +65,42 @@ def load_settings(**overrides: object) -> Settings:
 def prefect_api() -> Iterator[Callable[[], None]]:
     """A Prefect API for a command that runs a flow: the configured one, or the local server runs share
     (`flows/local_server.py`, started when none runs). Yields `ready()`: import the flows first, then call it, so
-    a server's start-up overlaps the imports; a server that does not start is one line and exit 3."""
-    from flows.local_server import BackgroundServer, ServerStartError
+    a server's start-up overlaps the imports; a server that does not start, or that stops answering during the
+    command (once Prefect's client has given up), is one line and exit 3."""
+    from flows.local_server import BackgroundServer, ServerStartError, without_userinfo
 
+    api_url: list[str] = []
     with BackgroundServer() as server:
         def ready() -> None:
             try:
-                server.wait()
+                api_url.extend(filter(None, [server.wait()]))
             except ServerStartError as exc:
                 console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
                 raise typer.Exit(PREFECT_ERROR) from None
 
-        yield ready
+        try:
+            yield ready
+        except Exception as exc:
+            import httpx
+
+            lost = _in_chain(exc, httpx.TransportError)
+            if not api_url or lost is None or not _same_server(lost, api_url[0]):
+                raise
+            console.print(f"[red]error:[/red] the Prefect API at {escape(without_userinfo(api_url[0]))} stopped "
+                          f"answering ({type(lost).__name__}); what was finished is stored: run the same command "
+                          "again", soft_wrap=True)
+            raise typer.Exit(PREFECT_ERROR) from None
+
+
+def _same_server(error: Any, api_url: str) -> bool:
+    """The failed request went to the Prefect API at `api_url` (not, say, to a model endpoint)."""
+    import httpx
+
+    try:
+        target, api = error.request.url, httpx.URL(api_url)
+    except RuntimeError:  # an httpx error raised without its request
+        return False
+    return (target.host, target.port) == (api.host, api.port)
 
 
 @contextmanager
@@ -96,17 +121,19 @@ def stopped_by_signal(what_now: str) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
-        number = _termination_signal(exc, TerminationSignal)
-        if number is None:
+        stop = _in_chain(exc, TerminationSignal)
+        if stop is None:
             raise
+        number = int(getattr(stop, "signal"))
         console.print(f"stopped by signal {number}: {what_now}")
         raise typer.Exit(128 + number) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _termination_signal(exc: BaseException, kind: type[BaseException]) -> int | None:
-    """The signal number when `exc` is `kind`, or wraps one (as the cause of another error, or in a group)."""
+def _in_chain(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`exc` when it is a `kind`, else the `kind` it wraps (as the cause or context of another error, or in a
+    group), else None."""
     pending, seen = [exc], set()
     while pending:
         current = pending.pop()
@@ -114,7 +141,7 @@ def _termination_signal(exc: BaseException, kind: type[BaseException]) -> int | 
             continue
         seen.add(id(current))
         if isinstance(current, kind):
-            return int(getattr(current, "signal"))
+            return current
         if isinstance(current, BaseExceptionGroup):
             pending.extend(current.exceptions)
         pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)

@@ -332,3 +332,32 @@ def test_a_run_that_joined_a_server_that_went_away_starts_its_own(tmp_path: Path
     finally:
         fake.kill()
         fake.wait()
+
+
+def test_a_server_stopped_during_a_run_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    """`stop-server --force` (or the server killed) under a run: once Prefect's client gives up, a line naming
+    the API and what to do, exit 3 (not 1 and a traceback of idflow's), and what was finished stays stored."""
+    scans = unique_scans(tmp_path / "in", 400)
+    with ChatServer(ServerConfig(api_key=KEY, latency_s=0.3, max_concurrency=1)) as chat:
+        env = run_env(tmp_path, IDFLOW_BACKEND="openai", TAOTOKEN_API_KEY=KEY, TAOTOKEN_MODEL="test-vlm",
+                      TAOTOKEN_BASE_URL=chat.base_url, IDFLOW_FLUSH_EVERY="1", IDFLOW_BATCH_SIZE="1",
+                      IDFLOW_CONCURRENCY="1", PREFECT_CLIENT_MAX_RETRIES="0")
+        proc = idflow("run", str(scans), "--out", str(tmp_path / "out"), env=env, cwd=tmp_path,
+                      log=tmp_path / "run.log")
+        try:
+            wait_for(lambda: any((tmp_path / "out").rglob("*.parquet")) or proc.poll() is not None, 900,
+                     "the first Parquet part", every=0.2)
+            stop = _stop_server(env, tmp_path, "--force")
+            assert stop.returncode == 0, stop.stdout + stop.stderr
+            code = proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    output = (tmp_path / "run.log").read_text(errors="replace")
+    assert code == 3, output[-3000:]
+    # Prefect's own log shows the crashed flow run's traceback above it; the command's last word is this line
+    assert "stopped answering (ConnectError); what was finished is stored: run the same command again" in output, \
+        output[-3000:]
+    assert any((tmp_path / "out").rglob("*.parquet"))
+    no_server_left(tmp_path / "prefect-home")
