@@ -13,7 +13,9 @@ What it reports, and how each figure is taken:
   (median, p95, mean).
 - CPU-seconds per document and peak RSS: the rusage of the `idflow run` process (os.wait4).
 - fixed start-up: seconds from spawning `idflow run` to its first request, and the pieces of it that can be
-  timed alone (importing the CLI and the Prefect flow, loading the orientation models).
+  timed alone (importing the CLI and the Prefect flow, loading the orientation models); and the wall time of
+  `idflow run` on an empty folder without PREFECT_API_URL: first ever, cold (starting the local Prefect server)
+  and warm (joining it).
 
 The server runs in this process (threads), not in the CLI's, so the CLI pays nothing for it; on a shared machine
 the figures are noisy, so the load average is printed and ratios are what to compare.
@@ -141,6 +143,29 @@ def run_cli(folder: Path, server: ChatServer, concurrency: int, extra_env: dict[
             "peak_rss_mb": usage.ru_maxrss / 1024, "exit": child.returncode}
 
 
+def empty_folder_runs(runs: int) -> list[float]:
+    """Wall seconds of `idflow run` on an empty folder without PREFECT_API_URL (the README's own way), in a fresh
+    Prefect home: the first run also creates Prefect's database; the server is then stopped, so the second starts
+    it again (cold); the others join it (warm: what a run within the server's idle time pays)."""
+    with tempfile.TemporaryDirectory(prefix="idflow-e2e-empty-") as tmp:
+        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+        env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(Path(tmp) / "home"), IDFLOW_PREFECT_SERVER_IDLE_S="600")
+        (Path(tmp) / "in").mkdir()
+        idflow = [sys.executable, "-m", "pipeline"]
+        walls = []
+        try:
+            for number in range(runs):
+                started = time.monotonic()
+                subprocess.run([*idflow, "run", str(Path(tmp) / "in"), "--out", str(Path(tmp) / "out")], env=env,
+                               check=True, capture_output=True, cwd=REPO)
+                walls.append(time.monotonic() - started)
+                if number == 0:
+                    subprocess.run([*idflow, "stop-server"], env=env, check=True, capture_output=True, cwd=REPO)
+        finally:
+            subprocess.run([*idflow, "stop-server", "--force"], env=env, capture_output=True, cwd=REPO)
+        return walls
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[int(q * (len(ordered) - 1))]
@@ -158,9 +183,12 @@ def main() -> None:
     parser.add_argument("--prepare-pages", type=int, default=60, help="pages timed for prepare ms/page (0: skip)")
     parser.add_argument("--no-startup", action="store_true", help="skip timing the start-up pieces")
     parser.add_argument("--embedded", action="store_true", help="also run bench/bench_embedded.py's two loops")
-    parser.add_argument("--prefect", choices=("server", "temporary"), default="server",
-                        help="server: a `prefect server start` up before the run (as in production); temporary: "
-                             "let `idflow run` start its own (its start-up is then part of the fixed cost)")
+    parser.add_argument("--prefect", choices=("server", "local"), default="server",
+                        help="server: a `prefect server start` up before the run (as in production); local: "
+                             "let `idflow run` start or join its local server (from the environment's PREFECT_HOME)")
+    parser.add_argument("--empty-runs", type=int, default=6,
+                        help="`idflow run` on an empty folder this many times in a fresh Prefect home, for the fixed "
+                             "cost first / cold / warm (0: skip)")
     args = parser.parse_args()
 
     print(f"{os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
@@ -210,6 +238,12 @@ def main() -> None:
     if not args.no_startup:
         for label, seconds in startup_pieces().items():
             print(f"  {label}: {seconds:.2f} s")
+    if args.empty_runs >= 3:
+        walls = empty_folder_runs(args.empty_runs)
+        warm = walls[2:]
+        print(f"fixed cost of `idflow run` on an empty folder, no PREFECT_API_URL: first in a fresh Prefect home "
+              f"{walls[0]:.1f} s (creates its database), cold {walls[1]:.1f} s (starts the local server), warm "
+              f"median {statistics.median(warm):.1f} s ({min(warm):.1f}-{max(warm):.1f}, {len(warm)} runs joining it)")
     if args.embedded:
         subprocess.run([sys.executable, str(REPO / "bench/bench_embedded.py"), str(folder)], check=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
