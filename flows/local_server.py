@@ -435,7 +435,10 @@ def _watch_idle(server: Any, folder: Path, idle_s: float) -> None:
     leases: list[IO[str]] = []
     while not server.should_exit:
         if not any(_is_current(lease, folder) for lease in leases):
-            leases.append(_open_lease(folder))
+            try:
+                leases.append(_open_lease(folder))
+            except OSError:  # the folder itself was deleted: the runs that hold the files already open count
+                pass
         free = []
         for lease in leases:
             try:
