@@ -69,14 +69,16 @@ def prefect_api() -> Iterator[Callable[[], None]]:
     command (once Prefect's client has given up), is one line and exit 3."""
     from flows.local_server import BackgroundServer, ServerStartError, without_userinfo
 
-    api_url: list[str] = []
+    api_url: list[str] = []  # the API the command uses, once `ready()` has found it
     with BackgroundServer() as server:
         def ready() -> None:
             try:
-                api_url.extend(filter(None, [server.wait()]))
+                url = server.wait()
             except ServerStartError as exc:
                 console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
                 raise typer.Exit(PREFECT_ERROR) from None
+            if url:
+                api_url.append(url)
 
         try:
             yield ready
