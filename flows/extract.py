@@ -29,7 +29,6 @@ from prefect.runtime import flow_run
 
 from flows.limits import request_slots
 from flows.secrets import with_block_key
-from flows.sharded import read_shard
 from pipeline import progress
 from pipeline.backends.factory import make_backend
 from pipeline.config import Settings
@@ -54,13 +53,24 @@ def _run_id() -> str:
 ARTIFACT_ROWS = 200  # a UI table, not an export: the Parquet link artifact points at the full data
 
 
+def _shard_files(shard: str | None) -> list[str] | None:
+    """The files a shard manifest lists, or None for a whole folder. Imported here: `flows.sharded` brings
+    Prefect's deployment client, which a plain run never uses (0.1-0.2 s of every run's start-up)."""
+    if not shard:
+        return None
+    from flows.sharded import read_shard
+
+    return read_shard(Path(shard))
+
+
 def _run_name() -> str:
     """`extract <folder> (<n> files)`: the folder's own name, not its full path (paths can hold names), its
     document numbers masked (the run name prefixes every log line)."""
     params = flow_run.parameters
     root = Path(params["input_dir"])
-    files = len(read_shard(Path(params["shard"]))) if params.get("shard") else \
-        sum(1 for _ in walk(root.resolve(), Path(params["out_dir"]).resolve()))
+    listed = _shard_files(params.get("shard"))
+    out = Path(params["out_dir"]).resolve()
+    files = len(listed) if listed is not None else sum(1 for _ in walk(root.resolve(), out))
     return redact(f"extract {root.name} ({files} files)")
 
 
@@ -88,7 +98,7 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     run_id, fingerprint = _run_id(), settings.fingerprint()
     writer = RunWriter(out, run_id, fingerprint, settings.flush_every)
     tally = RunTally()
-    files = read_shard(Path(shard)) if shard else None
+    files = _shard_files(shard)
     expected = len(files) if files is not None else sum(1 for _ in walk(root, out.resolve()))
     progress_bar = Progress(await acreate_progress_artifact(0.0, description="documents finished"), expected)
     lock = nullcontext() if shard else hold_output(out, run_id=run_id, wait=wait_for_lock, on_wait=logger.warning)
