@@ -50,7 +50,7 @@ def locate(source_path: str, sha256: str | None, folders: list[Path]) -> tuple[P
 
 def thumbnail(path: Path, source_path: str, sha256: str, page: int, settings: PrepareSettings) -> Thumbnail:
     """Prepare the page as a VLM run does (orientation found on the page at the size sent, no full-size copy for
-    the OCR: the picture is 480 px, and that costs about half), then shrink and encode it for the review page."""
+    the OCR: the picture is 480 px; 73 -> 56 ms CPU a picture on the samples), then shrink and encode it."""
     prepared = prepare_page(DocumentRef(path=path, rel_path=source_path, sha256=sha256, page=page), settings,
                             keep_full=False)
     if isinstance(prepared, Failure):
