@@ -258,15 +258,15 @@ async def _store_import(out: Path, run_id: str, file: Path, recorded: BatchManif
     decided on them (final)."""
     from pipeline.datamodel import SkipReason
     from pipeline.output_lock import hold_output
-    from pipeline.review.corrections import corrected_keys
-    from pipeline.store import RunWriter, done_keys, write_run_summary
+    from pipeline.review.corrections import not_to_read_again
+    from pipeline.store import RunWriter, write_run_summary
     from pipeline.tally import RunTally
 
     writer = RunWriter(out, run_id, recorded.fingerprint, flush_every=settings.flush_every)
     tally = RunTally()
     async with hold_output(out, run_id=run_id, wait=wait, on_wait=_say):
         # a result by any run (OutputUnreadable when a part is damaged); a person's decision is final
-        done = done_keys(out, None) | corrected_keys(out)
+        done = set(not_to_read_again(out, None))
         try:
             for outcome in outcomes:
                 tally.seen += 1

@@ -134,9 +134,10 @@ def corrected_keys(out_dir: Path) -> set[str]:
     return {f"{r['sha256']}:{r['page']}" for r in table.select(["sha256", "page"]).to_pylist()}
 
 
-def not_to_read_again(out_dir: Path, fingerprint: str) -> frozenset[str]:
-    """Documents (`sha256:page`) a run skips as done: a result made with these settings, or a person's decision
-    (final: a failure a person filled in or declared unreadable is not extracted, and paid for, again)."""
+def not_to_read_again(out_dir: Path, fingerprint: str | None) -> frozenset[str]:
+    """Documents (`sha256:page`) a run skips as done: a result made with these settings (with None: by any run,
+    as a batch import asks), or a person's decision (final: a failure a person filled in or declared unreadable is
+    not extracted, and paid for, again)."""
     return frozenset(done_keys(out_dir, fingerprint) | corrected_keys(out_dir))
 
 

@@ -281,7 +281,6 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
                        results=len(confidences), confidences=confidences, whole_out=whole_out)
 
 
-
 def _thumbnail(item: ReviewItem, folders: list[Path], settings: PrepareSettings) -> Thumbnail:
     path, why_not = locate(item.file_name or item.source_path, item.sha256, folders)
     if path is None or item.sha256 is None:
