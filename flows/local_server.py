@@ -21,7 +21,7 @@ made the fixed cost of `idflow run` 11-13 s. This one
   `STARTUP_TIMEOUT_S`, and a server that is not ready is one line naming both settings; loopback is kept out of
   the user's proxy.
 
-Module import is cheap on purpose (standard library only): Prefect is imported in `BackgroundServer.wait` by the
+Module import is cheap on purpose (standard library and `pipeline.atomic` only): Prefect is imported in `BackgroundServer.wait` by the
 run, and in `serve` by the server.
 """
 
@@ -46,6 +46,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
+
+from pipeline.atomic import write_json_atomic
 
 STARTUP_TIMEOUT_S = 300  # generous: a cold start on a saturated 2-core machine takes over a minute
 TIMEOUT_VAR = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
@@ -138,9 +140,7 @@ class _State:
         return (pid, port) if is_shared_server(pid, self.folder) else None
 
     def write(self, pid: int, port: int) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"pid": pid, "port": port}), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_json_atomic(self.path, {"pid": pid, "port": port})
 
     def remove_if(self, pid: int) -> None:
         try:
@@ -186,14 +186,8 @@ def _is_current(lease: IO[str], folder: Path) -> bool:
         return False
 
 
-def _write_idle_wish(folder: Path, idle: float) -> None:
-    """The idle time of the run that joined last, which the server's watcher applies (`_idle_wish`)."""
-    tmp = folder / f".idle.{os.getpid()}.tmp"
-    tmp.write_text(repr(idle), encoding="utf-8")
-    os.replace(tmp, folder / "idle")
-
-
 def _idle_wish(folder: Path, default: float) -> float:
+    """The idle time the run that joined last asked for (it writes `folder/idle`), else `default`."""
     try:
         value = float((folder / "idle").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -292,7 +286,7 @@ class BackgroundServer:
                 self._lease.close()
                 self._lease = _open_lease(self._folder)
                 fcntl.flock(self._lease, fcntl.LOCK_SH)
-            _write_idle_wish(self._folder, idle)
+            write_json_atomic(self._folder / "idle", idle)  # the watcher applies the last joining run's wish
             state = _State(self._folder)
             running = state.read()
             if running is not None:
