@@ -163,11 +163,6 @@ def test_cli_import_writes_validated_results_and_the_failure_queue(tmp_path: Pat
 
 
 def test_cli_export_prepares_the_sample_folder(tmp_path: Path, sample_dir: Path) -> None:
-    try:
-        from pipeline.prepare import prepare_page  # noqa: F401  (what the export calls)
-    except ImportError:
-        pytest.skip("pipeline.prepare.prepare_page is not in this build yet")
-
     scans = tmp_path / "scans"
     scans.mkdir()
     for name in ("cn_front.jpg", "id_card_td1.jpg", "broken.jpg"):

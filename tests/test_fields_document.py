@@ -165,8 +165,9 @@ SPECIMENS = [
 
 @pytest.fixture(scope="module")
 def ocr():
-    rapidocr = pytest.importorskip("rapidocr")
-    return rapidocr.RapidOCR()
+    from rapidocr import RapidOCR
+
+    return RapidOCR()
 
 
 @pytest.mark.parametrize("rel_path", SPECIMENS)

@@ -145,8 +145,9 @@ def test_page_back_without_legible_date_is_unreadable() -> None:
 
 @pytest.fixture(scope="module")
 def ocr():
-    rapidocr = pytest.importorskip("rapidocr")
-    return rapidocr.RapidOCR(params={"Global.log_level": "error", "Global.use_cls": False})
+    from rapidocr import RapidOCR
+
+    return RapidOCR(params={"Global.log_level": "error", "Global.use_cls": False})
 
 
 @pytest.mark.parametrize("rel_path", ["pyimagesearch_mrz_scans_developer79433/images/examples/passport_02.jpg",
