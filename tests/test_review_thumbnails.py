@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import os
 from pathlib import Path
 
+from PIL import Image
+
+from pipeline.config import PrepareSettings
+from pipeline.datamodel import DocumentRef
+from pipeline.ingest import sha256_file
+from pipeline.prepare import prepare_page
 from pipeline.review.queue import _failure_item
-from pipeline.review.thumbnails import locate
+from pipeline.review.thumbnails import THUMBNAIL_LONG_EDGE, locate, thumbnail
 from pipeline.store import path_bytes, readable_path
 
 
@@ -28,3 +36,16 @@ def test_a_name_that_is_not_utf8_is_found_by_its_bytes(tmp_path: Path) -> None:
     assert item.source_path == "scan-\\xff\\xfe.jpg"  # readable text, for people
     assert locate(item.source_path, digest, [tmp_path])[0] is None
     assert locate(item.file_name, digest, [tmp_path])[0] == tmp_path / name
+
+
+def test_a_thumbnail_shows_the_page_turned_as_the_run_turned_it(tmp_path: Path, sample_dir: Path) -> None:
+    """Sideways source, upright picture no larger than the thumbnail size, as `prepare_page` turns the page."""
+    sideways = tmp_path / "sideways.jpg"
+    Image.open(sample_dir / "id_card_td1.jpg").transpose(Image.Transpose.ROTATE_90).save(sideways, quality=95)
+    digest = sha256_file(sideways)
+    prepared = prepare_page(DocumentRef(sideways, sideways.name, digest), PrepareSettings(), keep_full=False)
+    picture = thumbnail(sideways, sideways.name, digest, 0, PrepareSettings())
+    header, data = picture.data_uri.split(",", 1)
+    shown = Image.open(io.BytesIO(base64.b64decode(data)))
+    assert header == "data:image/jpeg;base64" and prepared.rotation_applied == 90
+    assert shown.width > shown.height and max(shown.size) <= THUMBNAIL_LONG_EDGE

@@ -49,9 +49,13 @@ def locate(source_path: str, sha256: str | None, folders: list[Path]) -> tuple[P
 
 
 def thumbnail(path: Path, source_path: str, sha256: str, page: int, settings: PrepareSettings) -> Thumbnail:
-    """Prepare the page as a VLM run does (orientation found on the page at the size sent, no full-size copy for
-    the OCR: the picture is 480 px; 73 -> 56 ms CPU a picture on the samples), then shrink and encode it."""
-    prepared = prepare_page(DocumentRef(path=path, rel_path=source_path, sha256=sha256, page=page), settings,
+    """Prepare the page as a VLM run does, but sent at the thumbnail's size: decoded no larger than that and
+    turned upright there, with no full-size copy for the OCR. Orientation is found on a 500 px copy either way, so
+    the picture is turned as the run turned the page (the same rotation and skew on all generated pages); the
+    CPU a picture went from 73 ms (full prepare) to 48 (as sent to a VLM) to 34 ms (this), mean over the
+    generated set."""
+    small = settings.model_copy(update={"max_long_edge": min(settings.max_long_edge, THUMBNAIL_LONG_EDGE)})
+    prepared = prepare_page(DocumentRef(path=path, rel_path=source_path, sha256=sha256, page=page), small,
                             keep_full=False)
     if isinstance(prepared, Failure):
         return Thumbnail(None, f"the page cannot be prepared ({prepared.reason}): no picture")
