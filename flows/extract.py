@@ -28,6 +28,7 @@ from prefect.context import get_run_context
 from prefect.runtime import flow_run
 
 from flows.limits import request_slots
+from flows.run_lease import leased
 from flows.secrets import with_block_key
 from pipeline import progress
 from pipeline.backends.factory import make_backend
@@ -75,6 +76,7 @@ def _run_name() -> str:
 
 
 @flow(name="extract-folder", flow_run_name=_run_name, log_prints=False)
+@leased
 async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", concurrency: int | None = None,
                          batch_size: int | None = None, force: bool = False, dask: str | None = None,
                          shard: str | None = None, wait_for_lock: bool = True) -> dict[str, Any]:

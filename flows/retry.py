@@ -10,6 +10,7 @@ from prefect.artifacts import acreate_markdown_artifact
 
 from flows.extract import _run_id
 from flows.limits import request_slots
+from flows.run_lease import leased
 from flows.secrets import with_block_key
 from pipeline.config import Settings
 from pipeline.masking import install_masking
@@ -17,6 +18,7 @@ from pipeline.retry import retry_failures as retry_open_failures
 
 
 @flow(name="retry-failures", flow_run_name="retry failures", log_prints=False)
+@leased
 async def retry_failures(out_dir: str, backend: str | None = None, max_attempts: int = 3,
                          wait_for_lock: bool = True) -> dict[str, Any]:
     """Re-run the open failure-queue entries of OUT that have attempts left (at most `max_attempts` in total

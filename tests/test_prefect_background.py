@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,12 +88,44 @@ def test_killed_run_leaves_no_prefect_server(tmp_path: Path, sig: signal.Signals
                 assert code == 128 + signal.SIGTERM and "stopped by signal 15" in output, output[-3000:]
                 assert "Traceback" not in output, output[-3000:]
             no_server_left(tmp_path / "prefect-home")
+            # The next run shows the killed one as Crashed in Prefect: SIGTERM's own report, SIGKILL's by that run.
+            after = _run_after_a_kill(tmp_path, env)
+            states = {run["name"]: run["state_type"] for run in _flow_runs(tmp_path / "prefect-home")}
+            assert states == {"extract in (400 files)": "CRASHED", "extract empty (0 files)": "COMPLETED"}, states
+            assert ("marked Crashed" in after) == (sig == signal.SIGKILL), after[-3000:]
+            assert not any((tmp_path / "prefect-home" / "idflow-runs").iterdir())  # both leases gone
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
             for pid in prefect_servers(tmp_path / "prefect-home"):  # never leave one behind, even on failure
                 os.kill(pid, signal.SIGKILL)
+
+
+def _run_after_a_kill(tmp_path: Path, env: dict[str, str]) -> str:
+    """`idflow run` on an empty folder, its server left up for `_flow_runs`; its output."""
+    (tmp_path / "empty").mkdir()
+    env = {**env, "IDFLOW_PREFECT_SERVER_IDLE_S": "300"}
+    proc = idflow("run", str(tmp_path / "empty"), "--out", str(tmp_path / "out2"), env=env, cwd=tmp_path,
+                  log=tmp_path / "after.log")
+    output = (tmp_path / "after.log").read_text(errors="replace") if proc.wait(timeout=600) == 0 else ""
+    assert output, (tmp_path / "after.log").read_text(errors="replace")[-3000:]
+    return output
+
+
+def _flow_runs(home: Path) -> list[dict]:
+    """Every flow run the local server of `home` knows, then that server stopped."""
+    (state,) = home.glob("idflow-server/*/state.json")
+    port = json.loads(state.read_text())["port"]
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/flow_runs/filter", data=b"{}",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=30) as answer:
+            return json.loads(answer.read())
+    finally:
+        subprocess.run([sys.executable, "-m", "pipeline", "stop-server", "--force"], env=run_env(home.parent),
+                       capture_output=True, timeout=120)
+        no_server_left(home)
 
 
 def test_server_not_ready_in_time_is_one_clear_line(tmp_path: Path) -> None:

@@ -1,0 +1,138 @@
+"""Flow runs whose process died unseen are marked Crashed by the next run on the machine.
+
+Prefect marks a flow run Crashed when its own process sees the end coming (an exception, SIGTERM, Ctrl-C), and a
+deployment's runner does when its child process exits. An `idflow run` killed with SIGKILL, by the OOM killer or
+a power cut has nobody left to say so: its flow run stays Running in the UI for good (Prefect's own zombie
+detection needs deployment heartbeats and an automation). So while a flow run of idflow's runs, its process holds
+an `flock` on a file named after it, `PREFECT_HOME/idflow-runs/<flow run id>`. The kernel drops the lock however
+the process ends, and a run that ends normally removes the file before it lets go; so a file whose lock can be
+taken, and that is still there once taken, names a run that died. The next flow run to start with the same
+Prefect home marks that flow run Crashed (if the API it talks to still has it Running or Pending) and removes
+the file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from logging import Logger, LoggerAdapter
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+from uuid import UUID
+
+from prefect import get_run_logger
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
+from prefect.exceptions import ObjectNotFound
+from prefect.settings import get_current_settings
+from prefect.runtime import flow_run
+from prefect.states import Crashed
+
+# A file naming a flow run the current API does not know (one of another server's) is left to a run that talks to
+# that server, but not for ever: after this long it is removed.
+FORGET_AFTER_S = 7 * 86400
+UNFINISHED = frozenset({StateType.RUNNING, StateType.PENDING})
+_MESSAGE = "the idflow process running this flow run ended without reporting it (killed, out of memory, power cut)"
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def leased(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """A flow body that first marks the flow runs of dead processes Crashed, then runs under its own lease
+    (`@flow` goes on top: Prefect reads the parameters through `functools.wraps`)."""
+    @functools.wraps(fn)
+    async def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        await crash_dead_runs(get_run_logger())
+        async with flow_run_lease(flow_run.id):
+            return await fn(*args, **kwargs)
+    return run
+
+
+def leases_dir() -> Path:
+    return Path(get_current_settings().home) / "idflow-runs"
+
+
+@asynccontextmanager
+async def flow_run_lease(flow_run_id: UUID | str) -> AsyncIterator[None]:
+    """Hold the lease file of `flow_run_id` for the block. The file is locked before it gets its name, so a
+    sweep never finds the file of a live run unlocked."""
+    folder = leases_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path, pending = folder / str(flow_run_id), folder / f".{flow_run_id}.new"
+    fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.replace(pending, path)
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # before the lock goes: a sweep that takes it next finds no file
+        os.close(fd)
+
+
+async def crash_dead_runs(logger: Logger | LoggerAdapter[Any]) -> int:
+    """Mark Crashed the flow runs whose lease file is left behind by a dead process; how many were marked.
+
+    Never fails the run that calls it: a file or an API call that does not work out is logged and passed over.
+    """
+    folder = leases_dir()
+    try:
+        names = [p for p in folder.iterdir() if _is_uuid(p.name)]
+    except FileNotFoundError:
+        return 0
+    marked = 0
+    async with get_client() as client:
+        for path in names:
+            try:
+                marked += await _crash_if_dead(client, path, logger)
+            except Exception as exc:  # noqa: BLE001 - best effort: the calling run goes on regardless
+                logger.warning("could not check flow run %s for a dead process: %s: %s", path.name,
+                               type(exc).__name__, exc)
+    return marked
+
+
+async def _crash_if_dead(client: Any, path: Path, logger: Logger | LoggerAdapter[Any]) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False  # its run just ended
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # its run is alive
+        if not _still_named(fd, path):
+            return False  # its run ended normally while this sweep was opening the file
+        try:
+            run = await client.read_flow_run(UUID(path.name))
+        except ObjectNotFound:
+            if time.time() - os.fstat(fd).st_mtime > FORGET_AFTER_S:
+                path.unlink(missing_ok=True)
+            return False  # another server's run: left to a run that talks to that server
+        crashed = run.state is not None and run.state.type in UNFINISHED
+        if crashed:
+            await client.set_flow_run_state(run.id, Crashed(message=_MESSAGE), force=True)
+            logger.warning("flow run '%s' marked Crashed: %s", run.name, _MESSAGE)
+        path.unlink(missing_ok=True)
+        return crashed
+    finally:
+        os.close(fd)
+
+
+def _is_uuid(name: str) -> bool:
+    try:
+        UUID(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
