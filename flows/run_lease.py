@@ -47,8 +47,9 @@ def leased(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
     (`@flow` goes on top: Prefect reads the parameters through `functools.wraps`)."""
     @functools.wraps(fn)
     async def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        await crash_dead_runs(get_run_logger())
-        async with flow_run_lease(flow_run.id):
+        logger = get_run_logger()
+        await crash_dead_runs(logger)
+        async with flow_run_lease(flow_run.id, logger):
             return await fn(*args, **kwargs)
     return run
 
@@ -58,13 +59,20 @@ def leases_dir() -> Path:
 
 
 @asynccontextmanager
-async def flow_run_lease(flow_run_id: UUID | str) -> AsyncIterator[None]:
+async def flow_run_lease(flow_run_id: UUID | str, logger: Logger | LoggerAdapter[Any]) -> AsyncIterator[None]:
     """Hold the lease file of `flow_run_id` for the block. The file is locked before it gets its name, so a
-    sweep never finds the file of a live run unlocked."""
+    sweep never finds the file of a live run unlocked. A Prefect home where it cannot be written costs the run
+    only this: a warning, and a kill would leave the flow run Running."""
     folder = leases_dir()
-    folder.mkdir(parents=True, exist_ok=True)
     path, pending = folder / str(flow_run_id), folder / f".{flow_run_id}.new"
-    fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        logger.warning("no lease file for this flow run in %s (%s): if this process is killed, its flow run "
+                       "stays Running", folder, exc.strerror or type(exc).__name__)
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.replace(pending, path)
@@ -82,8 +90,8 @@ async def crash_dead_runs(logger: Logger | LoggerAdapter[Any]) -> int:
     folder = leases_dir()
     try:
         names = [p for p in folder.iterdir() if _is_uuid(p.name)]
-    except FileNotFoundError:
-        return 0
+    except OSError:
+        return 0  # none yet, or a Prefect home this run cannot read: `flow_run_lease` says so
     marked = 0
     async with get_client() as client:
         for path in names:
