@@ -376,7 +376,14 @@ def _failure_json(failure: Failure) -> dict[str, Any]:
 
 
 def _write(out: TextIO, data: dict[str, Any]) -> None:
-    out.write(json.dumps(data, ensure_ascii=False) + "\n")
+    """One JSON line, names readable as they are; a name that is not UTF-8 on disk (a lone surrogate in Python)
+    makes its line ASCII with `\\u` escapes, which `json.loads` reads back to the very same name."""
+    line = json.dumps(data, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(data)
+    out.write(line + "\n")
 
 
 class _atomic:

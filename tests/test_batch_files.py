@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 from pathlib import Path
 from collections.abc import AsyncIterator
@@ -176,3 +177,25 @@ def test_cli_export_prepares_the_sample_folder(tmp_path: Path, sample_dir: Path)
     assert [r["custom_id"] for r in requests] == list(manifest.pages)
     assert all(0 < p.visual_tokens <= 1024 for p in manifest.pages.values())
     assert [f.rel_path for f in manifest.failures] == ["broken.jpg"]
+
+
+def test_a_file_name_that_is_not_utf8_goes_out_and_comes_back_exactly(tmp_path: Path, sample_dir: Path) -> None:
+    """Export wrote its manifest with `ensure_ascii=False` and crashed on such a name (UnicodeEncodeError)."""
+    scans = tmp_path / "scans"
+    scans.mkdir()
+    name = os.fsdecode(b"caf\xe9 \xff.jpg")  # Latin-1 bytes, as a Windows share copied over gives them
+    shutil.copy(sample_dir / "id_card_td1.jpg", scans / name)
+    target = tmp_path / "batch" / "requests.jsonl"
+    result = CliRunner().invoke(batch_app, ["export", str(scans), str(target), "--model", MODEL])
+    assert result.exit_code == 0, result.output
+    (page,) = read_manifest(manifest_path(target)).pages.values()
+    assert page.ref.rel_path == name and page.ref.path == scans / name
+    target.read_text(encoding="utf-8")  # both files stay valid UTF-8
+    manifest_path(target).read_text(encoding="utf-8")
+
+    output = tmp_path / "batch" / "results.jsonl"
+    output.write_text(output_line(page.ref.key, body=completion(json.dumps(VALID_ANSWER))) + "\n")
+    result = CliRunner().invoke(batch_app, ["import", str(output), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    (row,) = read_table(tmp_path / "out", RESULTS).to_pylist()
+    assert row["source_path_bytes"] == b"caf\xe9 \xff.jpg" and row["source_path"] == "caf\\xe9 \\xff.jpg"
