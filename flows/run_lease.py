@@ -28,8 +28,8 @@ from prefect import get_run_logger
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 from prefect.exceptions import ObjectNotFound
-from prefect.settings import get_current_settings
 from prefect.runtime import flow_run
+from prefect.settings import get_current_settings
 from prefect.states import Crashed
 
 # A file naming a flow run the current API does not know (one of another server's) is left to a run that talks to
@@ -55,6 +55,7 @@ def leased(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
 
 
 def leases_dir() -> Path:
+    """Where the lease files live: beside Prefect's own files, so every run using that Prefect home sees them."""
     return Path(get_current_settings().home) / "idflow-runs"
 
 
