@@ -83,8 +83,9 @@ async def flow_run_lease(flow_run_id: UUID | str, logger: Logger | LoggerAdapter
         os.close(fd)
 
 
-async def crash_dead_runs(logger: Logger | LoggerAdapter[Any]) -> int:
-    """Mark Crashed the flow runs whose lease file is left behind by a dead process; how many were marked.
+async def crash_dead_runs(logger: Logger | LoggerAdapter[Any]) -> None:
+    """Mark Crashed the flow runs whose lease file is left behind by a dead process (no API client at all when
+    there is no lease file: the common case, on every run's start-up).
 
     Never fails the run that calls it: a file or an API call that does not work out is logged and passed over.
     """
@@ -92,42 +93,40 @@ async def crash_dead_runs(logger: Logger | LoggerAdapter[Any]) -> int:
     try:
         names = [p for p in folder.iterdir() if _is_uuid(p.name)]
     except OSError:
-        return 0  # none yet, or a Prefect home this run cannot read: `flow_run_lease` says so
-    marked = 0
+        return  # none yet, or a Prefect home this run cannot read: `flow_run_lease` says so
+    if not names:
+        return
     async with get_client() as client:
         for path in names:
             try:
-                marked += await _crash_if_dead(client, path, logger)
+                await _crash_if_dead(client, path, logger)
             except Exception as exc:  # noqa: BLE001 - best effort: the calling run goes on regardless
                 logger.warning("could not check flow run %s for a dead process: %s: %s", path.name,
                                type(exc).__name__, exc)
-    return marked
 
 
-async def _crash_if_dead(client: Any, path: Path, logger: Logger | LoggerAdapter[Any]) -> bool:
+async def _crash_if_dead(client: Any, path: Path, logger: Logger | LoggerAdapter[Any]) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return False  # its run just ended
+        return  # its run just ended
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False  # its run is alive
+            return  # its run is alive
         if not _still_named(fd, path):
-            return False  # its run ended normally while this sweep was opening the file
+            return  # its run ended normally while this sweep was opening the file
         try:
             run = await client.read_flow_run(UUID(path.name))
         except ObjectNotFound:
             if time.time() - os.fstat(fd).st_mtime > FORGET_AFTER_S:
                 path.unlink(missing_ok=True)
-            return False  # another server's run: left to a run that talks to that server
-        crashed = run.state is not None and run.state.type in UNFINISHED
-        if crashed:
+            return  # another server's run: left to a run that talks to that server
+        if run.state is not None and run.state.type in UNFINISHED:
             await client.set_flow_run_state(run.id, Crashed(message=_MESSAGE), force=True)
             logger.warning("flow run '%s' marked Crashed: %s", run.name, _MESSAGE)
         path.unlink(missing_ok=True)
-        return crashed
     finally:
         os.close(fd)
 
