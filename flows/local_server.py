@@ -21,8 +21,8 @@ made the fixed cost of `idflow run` 11-13 s. This one
   `STARTUP_TIMEOUT_S`, and a server that is not ready is one line naming both settings; loopback is kept out of
   the user's proxy.
 
-Module import is cheap on purpose (standard library and `pipeline.atomic` only): Prefect is imported in `BackgroundServer.wait` by the
-run, and in `serve` by the server.
+Module import is cheap on purpose (standard library and `pipeline.atomic` only): Prefect is imported in
+`BackgroundServer.wait` by the run, and in `serve` by the server.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
-from typing import Any
 from contextlib import contextmanager
+from typing import Any
 
 import typer
 from pydantic import ValidationError

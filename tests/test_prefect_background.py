@@ -123,8 +123,7 @@ def _flow_runs(home: Path) -> list[dict]:
         with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=30) as answer:
             return json.loads(answer.read())
     finally:
-        subprocess.run([sys.executable, "-m", "pipeline", "stop-server", "--force"], env=run_env(home.parent),
-                       capture_output=True, timeout=120)
+        _stop_server(run_env(home.parent), home.parent, "--force")
         no_server_left(home)
 
 
