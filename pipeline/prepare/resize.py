@@ -42,10 +42,12 @@ def visual_tokens(width: int, height: int, patch: int) -> int:
 
 
 def resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """`pixels` resized to `size` (w, h): area averaging when shrinking (no aliasing), cubic when growing.
+    """`pixels` resized to `size` (w, h): averaged when shrinking (no aliasing), cubic when growing.
 
     A shrink by k >= 2 first averages k x k blocks (OpenCV's fast integer path; the last < k rows and columns
-    are dropped), then area-resizes the rest: half the CPU of one non-integer area resize of a 4000 px scan.
+    are dropped); what is left, a shrink by less than 2, is bilinear: each output pixel then still draws on every
+    input pixel near it, so nothing is skipped, and it costs a fifth of OpenCV's non-integer area resize (3 vs
+    17 ms to take a 850x1200 decode to the 832x1184 sent; 1 vs 9 ms to 500 px for the orientation check).
     """
     w, h = size
     src_h, src_w = pixels.shape[:2]
@@ -57,7 +59,7 @@ def resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     if k >= 2:
         blocks = pixels[: src_h - src_h % k, : src_w - src_w % k]
         pixels = cv2.resize(blocks, (src_w // k, src_h // k), interpolation=cv2.INTER_AREA)
-    return pixels if pixels.shape[1::-1] == (w, h) else cv2.resize(pixels, (w, h), interpolation=cv2.INTER_AREA)
+    return pixels if pixels.shape[1::-1] == (w, h) else cv2.resize(pixels, (w, h), interpolation=cv2.INTER_LINEAR)
 
 
 def capped_size(width: int, height: int, long_edge: int) -> tuple[int, int]:
