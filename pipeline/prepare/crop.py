@@ -45,8 +45,9 @@ def find_document(rgb: np.ndarray, page_size: tuple[int, int] | None = None) -> 
     ring = max(2, round(0.01 * max(sh, sw)))
     border = np.concatenate([small[:ring].reshape(-1, 3), small[-ring:].reshape(-1, 3),
                              small[:, :ring].reshape(-1, 3), small[:, -ring:].reshape(-1, 3)])
-    background = np.median(border, axis=0).astype(np.int16)
-    colour = (np.abs(small.astype(np.int16) - background).max(axis=2) > COLOUR_DIFF)
+    background = np.full_like(small, np.median(border, axis=0).astype(np.uint8))
+    diff = cv2.absdiff(small, background)  # per channel; numpy's max over a 3-wide last axis took ~15 ms a page
+    colour = np.maximum(np.maximum(diff[..., 0], diff[..., 1]), diff[..., 2]) > COLOUR_DIFF
     grey = cv2.cvtColor(small, cv2.COLOR_RGB2GRAY)
     edges = cv2.morphologyEx(grey, cv2.MORPH_GRADIENT, np.ones((3, 3), np.uint8)) > EDGE_DIFF
     mask = (colour | edges).astype(np.uint8)
