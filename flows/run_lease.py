@@ -8,7 +8,8 @@ an `flock` on a file named after it, `PREFECT_HOME/idflow-runs/<flow run id>`. T
 the process ends, and a run that ends normally removes the file before it lets go; so a file whose lock can be
 taken, and that is still there once taken, names a run that died. The next flow run to start with the same
 Prefect home marks that flow run Crashed (if the API it talks to still has it Running or Pending) and removes
-the file.
+the file. A process killed in the microseconds between creating its file (`.<id>.new`) and naming it leaves the
+file under that name; it is swept the same way once it is older than any live run's would be.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from prefect.states import Crashed
 # A file naming a flow run the current API does not know (one of another server's) is left to a run that talks to
 # that server, but not for ever: after this long it is removed.
 FORGET_AFTER_S = 7 * 86400
+# A live run names its `.<id>.new` file microseconds after creating it, and locks it in between: only a file
+# older than this is known to be left by a dead process (a younger one may not be locked yet).
+PENDING_GRACE_S = 60.0
 UNFINISHED = frozenset({StateType.RUNNING, StateType.PENDING})
 _MESSAGE = "the idflow process running this flow run ended without reporting it (killed, out of memory, power cut)"
 
@@ -91,7 +95,7 @@ async def crash_dead_runs(logger: Logger | LoggerAdapter[Any]) -> None:
     """
     folder = leases_dir()
     try:
-        names = [p for p in folder.iterdir() if _is_uuid(p.name)]
+        names = [p for p in folder.iterdir() if _lease_id(p) is not None]
     except OSError:
         return  # none yet, or a Prefect home this run cannot read: `flow_run_lease` says so
     if not names:
@@ -117,8 +121,11 @@ async def _crash_if_dead(client: Any, path: Path, logger: Logger | LoggerAdapter
             return  # its run is alive
         if not _still_named(fd, path):
             return  # its run ended normally while this sweep was opening the file
+        flow_run_id = _lease_id(path)
+        if path.name != str(flow_run_id) and time.time() - os.fstat(fd).st_mtime < PENDING_GRACE_S:
+            return  # a pending name: maybe a live run between creating and locking it
         try:
-            run = await client.read_flow_run(UUID(path.name))
+            run = await client.read_flow_run(flow_run_id)
         except ObjectNotFound:
             if time.time() - os.fstat(fd).st_mtime > FORGET_AFTER_S:
                 path.unlink(missing_ok=True)
@@ -131,12 +138,16 @@ async def _crash_if_dead(client: Any, path: Path, logger: Logger | LoggerAdapter
         os.close(fd)
 
 
-def _is_uuid(name: str) -> bool:
+def _lease_id(path: Path) -> UUID | None:
+    """The flow run a lease file is for: named `<id>`, or `.<id>.new` before it got that name; None for any other
+    file."""
+    name = path.name
+    if name.startswith(".") and name.endswith(".new"):
+        name = name[1:-len(".new")]
     try:
-        UUID(name)
+        return UUID(name)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _still_named(fd: int, path: Path) -> bool:

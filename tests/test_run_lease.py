@@ -7,13 +7,18 @@ import asyncio
 import fcntl
 import logging
 import os
+import time
 import uuid
 from pathlib import Path
 
 import pytest
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
 from prefect.settings import PREFECT_HOME, temporary_settings
+from prefect.states import Running
 
-from flows.run_lease import flow_run_lease
+from flows.run_lease import PENDING_GRACE_S, crash_dead_runs, flow_run_lease
 
 LOGGER = logging.getLogger("test-run-lease")
 
@@ -56,3 +61,32 @@ def test_a_prefect_home_that_cannot_hold_leases_costs_a_warning_only(tmp_path: P
     with temporary_settings(updates={PREFECT_HOME: home}), caplog.at_level(logging.WARNING, LOGGER.name):
         assert asyncio.run(run()) == "ran"
     assert "stays Running" in caplog.text
+
+
+@flow(name="idflow-lease-test")
+def _placeholder() -> None:
+    """Only gives the flow runs below a flow; never called."""
+
+
+def test_a_lease_left_unnamed_by_a_kill_is_swept_once_old_enough(prefect_api: str, tmp_path: Path) -> None:
+    """A process killed between creating `.<id>.new` and renaming it: its flow run is marked Crashed by the next
+    sweep once the file is older than a live run's could be; a young pending file is left alone (its run may be
+    between creating and locking it)."""
+    leases = tmp_path / "home" / "idflow-runs"
+    leases.mkdir(parents=True)
+
+    async def scenario() -> tuple[StateType, StateType]:
+        async with get_client() as client:
+            dead, young = [await client.create_flow_run(_placeholder, state=Running()) for _ in range(2)]
+            old_file, young_file = leases / f".{dead.id}.new", leases / f".{young.id}.new"
+            old_file.touch()
+            young_file.touch()
+            long_ago = time.time() - PENDING_GRACE_S - 60
+            os.utime(old_file, (long_ago, long_ago))
+            await crash_dead_runs(LOGGER)
+            states = [(await client.read_flow_run(run.id)).state for run in (dead, young)]
+            assert not old_file.exists() and young_file.exists()
+            return states[0].type, states[1].type
+
+    with temporary_settings(updates={PREFECT_HOME: tmp_path / "home"}):
+        assert asyncio.run(scenario()) == (StateType.CRASHED, StateType.RUNNING)
