@@ -11,13 +11,15 @@ What it reports, and how each figure is taken:
   one-second timeline).
 - prepare ms/page: `prepare_page` as a VLM run calls it, over the set's pages in this process on one thread, CPU time
   (median, p95, mean).
-- CPU-seconds per document and peak RSS: the rusage of the `idflow run` process (os.wait4).
+- CPU-seconds per document and peak RSS: the rusage of the `idflow run` process (os.wait4); beside it the CPU the
+  loopback server took per answer (this process's CPU during the run, less this thread's), since it runs on the
+  same cores.
 - fixed start-up: seconds from spawning `idflow run` to its first request, and the pieces of it that can be
   timed alone (importing the CLI and the Prefect flow, loading the orientation models); and the wall time of
   `idflow run` on an empty folder without PREFECT_API_URL: first ever, cold (starting the local Prefect server)
   and warm (joining it).
 
-The server runs in this process (threads), not in the CLI's, so the CLI pays nothing for it; on a shared machine
+The server runs in this process (threads), not in the CLI's, so the CLI's figures do not include it; on a shared machine
 the figures are noisy, so the load average is printed and ratios are what to compare.
 """
 
