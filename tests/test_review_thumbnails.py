@@ -11,10 +11,10 @@ from pathlib import Path
 from PIL import Image
 
 from pipeline.config import PrepareSettings
-from pipeline.datamodel import DocumentRef
+from pipeline.datamodel import FIELD_NAMES, DocumentRef
 from pipeline.ingest import sha256_file
-from pipeline.prepare import prepare_page
-from pipeline.review.queue import _failure_item
+from pipeline.prepare import Orientation, prepare_page
+from pipeline.review.queue import _failure_item, _result_item
 from pipeline.review.thumbnails import THUMBNAIL_LONG_EDGE, locate, thumbnail
 from pipeline.store import path_bytes, readable_path
 
@@ -49,3 +49,25 @@ def test_a_thumbnail_shows_the_page_turned_as_the_run_turned_it(tmp_path: Path, 
     shown = Image.open(io.BytesIO(base64.b64decode(data)))
     assert header == "data:image/jpeg;base64" and prepared.rotation_applied == 90
     assert shown.width > shown.height and max(shown.size) <= THUMBNAIL_LONG_EDGE
+
+
+def test_a_records_picture_is_turned_as_its_run_turned_it_not_looked_at_again(sample_dir: Path) -> None:
+    """A record carries the rotation and skew its run applied (the OCR's upside-down reading included), and its
+    picture is turned by those: an upright card stored as turned 90 degrees comes out portrait, where finding its
+    orientation again would leave it landscape."""
+    source = sample_dir / "id_card_td1.jpg"
+    digest = sha256_file(source)
+    row = {"source_path": source.name, "sha256": digest, "page": 0, "run_id": "r1", "doc_type": "id_card",
+           "orientation": "landscape", "checks": [], "check_failures": [], "expiry_long_term": False,
+           "rotation_applied": 90, "skew_corrected": 0.0,
+           **{name: None for name in FIELD_NAMES}, **{f"{name}_state": "unreadable" for name in FIELD_NAMES},
+           **{f"{name}_confidence": None for name in FIELD_NAMES}}
+    item = _result_item(row, 0.0)
+    assert item.turned == Orientation(90, 0.0)
+
+    def shown(turned: Orientation | None) -> Image.Image:
+        picture = thumbnail(source, source.name, digest, 0, PrepareSettings(), turned)
+        return Image.open(io.BytesIO(base64.b64decode(picture.data_uri.split(",", 1)[1])))
+
+    as_stored, found_again = shown(item.turned), shown(None)
+    assert as_stored.height > as_stored.width and found_again.width > found_again.height

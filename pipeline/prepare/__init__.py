@@ -40,18 +40,23 @@ _INGEST_REASONS = frozenset({Reason.EMPTY_FILE, Reason.UNSUPPORTED_TYPE, Reason.
                              Reason.TOO_LARGE, Reason.CHANGED_DURING_RUN})
 
 
-def prepare_page(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool = True) -> PreparedImage | Failure:
+def prepare_page(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool = True,
+                 orientation: Orientation | None = None) -> PreparedImage | Failure:
     """Decode, orient and resize the page `ref`; a `Failure` (never an exception) for a bad document.
 
     `keep_full=False` leaves `full_pixels` out: only the embedded OCR reads it, and for a VLM run it would
-    make every queued page up to 6x larger than what is sent.
+    make every queued page up to 6x larger than what is sent. `orientation`, when a run already found it (a
+    review picture of a record), is applied instead of being looked for again.
     """
     # Orientation and skew are found and applied at working size: nothing downstream needs more pixels.
     try:
         working, original_size = _working_page(ref, settings, keep_full)
     except ContainerError as e:
         return Failure.for_ref(ref, _stage_of(e.reason), e.reason, e.detail)
-    upright, found = make_upright(working)
+    if orientation is None:
+        upright, found = make_upright(working)
+    else:
+        upright, found = apply_orientation(working, orientation), orientation
     height, width = upright.shape[:2]
     sent = resize_to(upright, fit_to_budget(width, height, settings))
     if keep_full and found.skew and max(working.shape[:2]) < FULL_MIN_LONG_EDGE:

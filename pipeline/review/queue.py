@@ -24,6 +24,7 @@ from pipeline.backends.answer_parsing import AnswerError, parse_answer
 from pipeline.config import PrepareSettings
 from pipeline.datamodel import FIELD_NAMES
 from pipeline.failure_queue import current_failures, input_dirs
+from pipeline.prepare import Orientation
 from pipeline.review.corrections import latest_corrections
 from pipeline.review.thumbnails import Thumbnail, locate, thumbnail
 from pipeline.store import (FAILURES, RESULTS, RUNS, latest_results, latest_run_summary, read_table, run_input_dir,
@@ -100,6 +101,7 @@ class ReviewItem:
     thumbnail: Thumbnail = field(default_factory=lambda: Thumbnail(None, "no picture made"))
     file_name: str = ""  # the relative path as the file system has it (`source_path` is its readable text)
     run_id: str | None = None  # the run that made the record or the (latest) failure
+    turned: Orientation | None = None  # how the run turned a record's page (None: a failure, found again)
 
     @property
     def key(self) -> str | None:
@@ -199,7 +201,14 @@ def _result_item(row: dict[str, Any], confidence: float) -> ReviewItem:
                       reason="low_confidence", stage=None, detail=None, retryable=False, confidence=confidence,
                       fields=fields, doc_type=row["doc_type"], orientation=row["orientation"],
                       checks=list(row["checks"] or []), check_failures=list(row["check_failures"] or []),
-                      file_name=source_file_name(row), run_id=row["run_id"])
+                      file_name=source_file_name(row), run_id=row["run_id"], turned=_turned(row))
+
+
+def _turned(row: dict[str, Any]) -> Orientation | None:
+    """The rotation and skew a record's run applied (None when the row does not say)."""
+    if row.get("rotation_applied") is None or row.get("skew_corrected") is None:
+        return None
+    return Orientation(int(row["rotation_applied"]), round(float(row["skew_corrected"]), 2))
 
 
 def _failure_item(row: dict[str, Any]) -> ReviewItem:
@@ -285,4 +294,4 @@ def _thumbnail(item: ReviewItem, folders: list[Path], settings: PrepareSettings)
     path, why_not = locate(item.file_name or item.source_path, item.sha256, folders)
     if path is None or item.sha256 is None:
         return Thumbnail(None, why_not or "the file could not be hashed: no picture")
-    return thumbnail(path, item.file_name or item.source_path, item.sha256, item.page or 0, settings)
+    return thumbnail(path, item.file_name or item.source_path, item.sha256, item.page or 0, settings, item.turned)

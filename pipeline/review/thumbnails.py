@@ -14,7 +14,7 @@ from pathlib import Path
 from pipeline.config import PrepareSettings
 from pipeline.datamodel import DocumentRef, Failure
 from pipeline.ingest import sha256_file
-from pipeline.prepare import cap_long_edge, encode, prepare_page
+from pipeline.prepare import Orientation, cap_long_edge, encode, prepare_page
 
 THUMBNAIL_LONG_EDGE = 480
 THUMBNAIL_QUALITY = 80
@@ -48,15 +48,17 @@ def locate(source_path: str, sha256: str | None, folders: list[Path]) -> tuple[P
     return None, "the source file is gone (not found under the run's input folder): no picture"
 
 
-def thumbnail(path: Path, source_path: str, sha256: str, page: int, settings: PrepareSettings) -> Thumbnail:
+def thumbnail(path: Path, source_path: str, sha256: str, page: int, settings: PrepareSettings,
+              turned: Orientation | None = None) -> Thumbnail:
     """Prepare the page as a VLM run does, but sent at the thumbnail's size: decoded no larger than that and
-    turned upright there, with no full-size copy for the OCR. Orientation is found on a 500 px copy either way, so
-    the picture is turned as the run turned the page (the same rotation and skew on all generated pages); the
-    CPU a picture went from 73 ms (full prepare) to 48 (as sent to a VLM) to 34 ms (this), mean over the
-    generated set."""
+    turned upright there, with no full-size copy for the OCR. A record's page is turned as its run turned it
+    (`turned`: the rotation and skew stored with it, the OCR's upside-down reading included); a failed page's
+    orientation is found again, on a 500 px copy as in a run. CPU a picture, mean over the generated set: 73 ms
+    (full prepare), 48 (as sent to a VLM), 34 (at its own size; 24 once resizing got cheaper), 10 (a record's,
+    turned as stored)."""
     small = settings.model_copy(update={"max_long_edge": min(settings.max_long_edge, THUMBNAIL_LONG_EDGE)})
     prepared = prepare_page(DocumentRef(path=path, rel_path=source_path, sha256=sha256, page=page), small,
-                            keep_full=False)
+                            keep_full=False, orientation=turned)
     if isinstance(prepared, Failure):
         return Thumbnail(None, f"the page cannot be prepared ({prepared.reason}): no picture")
     jpeg, mime = encode(cap_long_edge(prepared.pixels, THUMBNAIL_LONG_EDGE), "jpeg", THUMBNAIL_QUALITY)
