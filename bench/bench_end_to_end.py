@@ -19,8 +19,8 @@ What it reports, and how each figure is taken:
   `idflow run` on an empty folder without PREFECT_API_URL: first ever, cold (starting the local Prefect server)
   and warm (joining it).
 
-The server runs in this process (threads), not in the CLI's, so the CLI's figures do not include it; on a shared machine
-the figures are noisy, so the load average is printed and ratios are what to compare.
+The server runs in this process (threads), not in the CLI's, so the CLI's figures do not include it; on a shared
+machine the figures are noisy, so the load average is printed and ratios are what to compare.
 """
 
 from __future__ import annotations
