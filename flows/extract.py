@@ -33,6 +33,7 @@ from flows.secrets import with_block_key
 from pipeline import progress
 from pipeline.backends.factory import make_backend
 from pipeline.config import Settings
+from pipeline.crash_journal import CrashJournal
 from pipeline.engine import Engine, Item, Outcome
 from pipeline.ingest import Discovery, walk
 from pipeline.masking import install_masking, redact
@@ -114,11 +115,15 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
                 yield item
 
         try:
-            async for outcome, worker in _outcomes(discovered(), settings, dask=dask, overrides=overrides,
-                                                   fingerprint=fingerprint):
-                writer.add(outcome, worker=worker)
-                tally.add(outcome)
-                await progress_bar.update(tally.finished, tally.seen)
+            with CrashJournal.open(out, run_id) as journal:
+                if journal.suspects:
+                    logger.warning("%d page(s) a run that died was preparing: each is prepared alone in a child "
+                                   "process", len(journal.suspects))
+                async for outcome, worker in _outcomes(discovered(), settings, dask=dask, overrides=overrides,
+                                                       fingerprint=fingerprint, journal=journal):
+                    writer.add(outcome, worker=worker)
+                    tally.add(outcome)
+                    await progress_bar.update(tally.finished, tally.seen)
         finally:
             writer.flush()
         for failure in writer.demoted:
@@ -135,9 +140,10 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
 
 
 async def _outcomes(items: Iterator[Item], settings: Settings, *, dask: str | None, overrides: dict[str, Any],
-                    fingerprint: str) -> AsyncIterator[tuple[Outcome, str]]:
-    """Every item's outcome with the worker that made it: the engine in this process, or Dask workers running
-    the same engine on batches (imported only then: the default path never loads Dask)."""
+                    fingerprint: str, journal: CrashJournal) -> AsyncIterator[tuple[Outcome, str]]:
+    """Every item's outcome with the worker that made it: the engine in this process (preparing pages under
+    `journal`), or Dask workers running the same engine on batches (imported only then: the default path never
+    loads Dask; a worker's process is its own, so a page that kills one is Dask's to reschedule)."""
     if dask:
         from flows.dask_batches import DaskBatches
 
@@ -145,7 +151,8 @@ async def _outcomes(items: Iterator[Item], settings: Settings, *, dask: str | No
             async for pair in remote.run(items):
                 yield pair
         return
-    engine = Engine(settings, make_backend(settings), request_slot=lambda: request_slots(settings.backend, 1))
+    engine = Engine(settings, make_backend(settings), request_slot=lambda: request_slots(settings.backend, 1),
+                    journal=journal)
     async with engine:
         async for outcome in engine.run(items):
             yield outcome, "local"

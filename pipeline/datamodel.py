@@ -33,6 +33,7 @@ class Reason(StrEnum):
     # preprocess
     DECODE_ERROR = "decode_error"
     TOO_SMALL = "too_small"
+    PREPARE_CRASHED = "prepare_crashed"  # a run died preparing it, and the page crashed or hung a child process too
     # request
     TIMEOUT = "timeout"
     RATE_LIMITED = "rate_limited"

@@ -24,9 +24,11 @@ from typing import Any, TypeVar
 
 from pipeline.backends.base import ExtractionBackend
 from pipeline.config import Settings
+from pipeline.crash_journal import CrashJournal
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped
 from pipeline.masking import redact
 from pipeline.prepare import prepare_page
+from pipeline.prepare.isolated import prepare_isolated
 from pipeline.validate import validate
 
 Item = DocumentRef | Skipped | Failure
@@ -69,17 +71,21 @@ class Engine:
 
     `concurrency` (settings) is the number of documents being extracted at once; `prepare_workers` (default: the
     machine's cores) the number of pages being prepared at once, in threads (OpenCV, Pillow and ONNX Runtime
-    release the GIL). Use as `async with Engine(...) as engine: async for outcome in engine.run(items)`; leaving
+    release the GIL). With a `journal` (a run writing OUT), every page's preparation is journaled, and a page a
+    run that died was preparing (`journal.suspects`) is prepared in a child process instead; `isolated` counts
+    them. Use as `async with Engine(...) as engine: async for outcome in engine.run(items)`; leaving
     the block closes the backend and the preparation threads.
     """
 
     def __init__(self, settings: Settings, backend: ExtractionBackend, *, prepare_workers: int | None = None,
-                 request_slot: RequestSlot | None = None) -> None:
+                 request_slot: RequestSlot | None = None, journal: CrashJournal | None = None) -> None:
         self.settings = settings
         self.backend = backend
         self.concurrency = max(1, settings.concurrency)
         self.prepare_workers = max(1, prepare_workers or os.cpu_count() or 1)
+        self.isolated = 0
         self._request_slot = request_slot
+        self._journal = journal
         self._threads = ThreadPoolExecutor(self.prepare_workers, thread_name_prefix="idflow-prepare")
 
     async def __aenter__(self) -> Engine:
@@ -171,12 +177,20 @@ class Engine:
                 crashed.exception()  # retrieved: raised above, or moot once the consumer stopped
 
     async def _prepare(self, ref: DocumentRef, keep_full: bool) -> PreparedImage | Failure:
+        journal = self._journal
+        suspect = journal is not None and ref.key in journal.suspects
+        self.isolated += suspect
+        if journal is not None:
+            journal.begin(ref.key)
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._threads, functools.partial(
-                prepare_page, ref, self.settings.prepare, keep_full=keep_full))
+            outcome = await loop.run_in_executor(self._threads, functools.partial(
+                prepare_isolated if suspect else prepare_page, ref, self.settings.prepare, keep_full=keep_full))
         except Exception as exc:  # noqa: BLE001 - any bug is contained to this document
-            return internal_failure(ref, exc, self.backend.name)
+            outcome = internal_failure(ref, exc, self.backend.name)
+        if journal is not None:
+            journal.end(ref.key)  # not when cancelled: an interrupted page may be one that hung
+        return outcome
 
     async def _extract(self, page: PreparedImage) -> Record | Failure:
         try:

@@ -24,6 +24,7 @@ from pipeline.backends.base import ExtractionBackend
 from pipeline.backends.factory import make_backend
 from pipeline.config import Settings
 from pipeline.containers import ContainerError, page_count
+from pipeline.crash_journal import CrashJournal
 from pipeline.datamodel import RETRYABLE_REASONS, DocumentRef, Reason, Record
 from pipeline.engine import Engine, RequestSlot
 from pipeline.failure_queue import OpenEntry, input_dirs, locate, open_entries, write_resolutions
@@ -125,25 +126,26 @@ async def _retry_locked(out_dir: Path, settings: Settings, *, run_id: str, max_a
     resolved: list[tuple[str, int, str]] = []
     writer = RunWriter(out_dir, run_id, settings.fingerprint(), settings.flush_every)
     tally = RunTally(seen=len(refs))
-    engine = Engine(settings, backend or make_backend(settings), request_slot=slot)
-    try:
-        async with engine:
-            async for outcome in engine.run(refs):
-                writer.add(outcome)
-                tally.add(outcome)
-                if isinstance(outcome, Record):
-                    resolved.append((outcome.extraction.ref.sha256, outcome.extraction.ref.page, run_id))
-                else:
-                    report.still_failing[str(outcome.reason)] += 1
-    finally:
-        writer.flush()  # results on disk before they are recorded as resolving anything
-        demoted = {(f.sha256, f.page) for f in writer.demoted}
-        resolved = [r for r in resolved if (r[0], r[1]) not in demoted]
-        for failure in writer.demoted:
-            report.still_failing[str(failure.reason)] += 1
-            tally.demote(failure)
-        report.resolved = len(resolved)
-        write_resolutions(out_dir, resolved, run_id=run_id, how="retried")
+    with CrashJournal.open(out_dir, run_id) as journal:
+        engine = Engine(settings, backend or make_backend(settings), request_slot=slot, journal=journal)
+        try:
+            async with engine:
+                async for outcome in engine.run(refs):
+                    writer.add(outcome)
+                    tally.add(outcome)
+                    if isinstance(outcome, Record):
+                        resolved.append((outcome.extraction.ref.sha256, outcome.extraction.ref.page, run_id))
+                    else:
+                        report.still_failing[str(outcome.reason)] += 1
+        finally:
+            writer.flush()  # results on disk before they are recorded as resolving anything
+            demoted = {(f.sha256, f.page) for f in writer.demoted}
+            resolved = [r for r in resolved if (r[0], r[1]) not in demoted]
+            for failure in writer.demoted:
+                report.still_failing[str(failure.reason)] += 1
+                tally.demote(failure)
+            report.resolved = len(resolved)
+            write_resolutions(out_dir, resolved, run_id=run_id, how="retried")
     summary = tally.summary(run_id=run_id, settings=settings)
     summary.update(input_dir=None, out_dir=str(out_dir), retry=report.as_dict())
     write_run_summary(out_dir, summary)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.crash_journal import JOURNAL_DIR
 from pipeline.store import FAILURES, RESULTS, read_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,3 +110,29 @@ def test_killed_run_resumes_without_loss_or_duplicates(prefect_api, sample_dir: 
     keys = list(zip(results.sha256, results.page))
     assert len(keys) == len(set(keys)) == len(good)
     assert not (out / FAILURES).exists() or read_table(out, FAILURES).num_rows == 0
+    # Pages the killed run was preparing, if any, were met and ended by the second: no journal is left.
+    assert not any((out / JOURNAL_DIR).iterdir())
+
+
+def test_a_page_a_dead_run_was_preparing_is_prepared_alone_and_stored(prefect_api, sample_dir: Path,
+                                                                       tmp_path: Path) -> None:
+    """A run killed while preparing a page (SIGKILL: no Python after it) leaves that page in its journal; the next
+    `idflow run` says so, prepares it in a child process, stores its record and leaves no journal behind."""
+    good = next(t for t in _truth(sample_dir) if "expect_failure" not in t and "expect_skip" not in t)
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    page = inbox / Path(good["path"]).name
+    shutil.copy(sample_dir / good["path"], page)
+    key = f"{hashlib.sha256(page.read_bytes()).hexdigest()}:0"
+    code = ("import os, signal\nfrom pathlib import Path\nfrom pipeline.crash_journal import CrashJournal\n"
+            f"CrashJournal.open(Path({str(out)!r}), 'dead').begin({key!r})\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=120).returncode == -signal.SIGKILL
+
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    done = subprocess.run([sys.executable, "-m", "pipeline", "run", str(inbox), "--out", str(out)], env=env,
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "1 page(s) a run that died was preparing" in done.stdout + done.stderr
+    results = pd.read_parquet(out / RESULTS)
+    assert list(zip(results.sha256, results.page)) == [(key[:-2], 0)] and results.name[0] == good["name"]
+    assert not any((out / JOURNAL_DIR).iterdir())

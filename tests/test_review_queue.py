@@ -102,3 +102,15 @@ def test_a_decided_failure_leaves_the_queue_even_without_a_page(tmp_path: Path) 
     nothing = dict.fromkeys(("doc_type", "name", "id_number", "expiry_date"))
     write_corrections(out, [Correction(sha, 0, "broken.jpg", "r1", "Ada", "cannot be read", nothing, nothing)])
     assert open_entries(out)[0] == [] and current_failures(out).num_rows == 0
+
+
+def test_a_page_that_crashed_its_preparation_is_not_prepared_again_for_its_picture(tmp_path: Path) -> None:
+    # The file itself decodes fine here; what matters is that the review never decodes a `prepare_crashed` page.
+    inbox, out = _out(tmp_path)
+    fail("r4", inbox, "d.png", Reason.PREPARE_CRASHED, out)
+    fail("r4", inbox, "a.png", Reason.DECODE_ERROR, out)
+    write_run_summary(out, {"run_id": "r4", "input_dir": str(inbox), "accounted": True})
+    items = {i.source_path: i for i in build_queue(out, run_id="r4", threshold=0.95).items}
+    crashed, other = items["d.png"].thumbnail, items["a.png"].thumbnail
+    assert crashed.data_uri is None and "crashed the process" in crashed.note
+    assert other.data_uri is not None  # a page of any other failure still gets its picture

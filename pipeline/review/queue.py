@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.backends.answer_parsing import AnswerError, parse_answer
 from pipeline.config import PrepareSettings
-from pipeline.datamodel import FIELD_NAMES
+from pipeline.datamodel import FIELD_NAMES, Reason
 from pipeline.failure_queue import current_failures, input_dirs
 from pipeline.prepare import Orientation
 from pipeline.review.corrections import latest_corrections
@@ -51,6 +51,8 @@ REASON_TEXT: dict[str, str] = {
     "symlink_outside_root": "A link pointing outside the input folder; not followed.",
     "decode_error": "The image data is damaged or cut off and cannot be decoded.",
     "too_small": "The page is too small to read anything.",
+    "prepare_crashed": "Decoding this page crashed or hung the program, twice (the second time alone): the file "
+                       "is probably damaged; open it yourself, or ask for a new scan.",
     "timeout": "The model did not answer in time; the retry flow tries again.",
     "rate_limited": "The model service asked us to slow down; the retry flow tries again.",
     "server_error": "The model service failed; the retry flow tries again.",
@@ -291,6 +293,8 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
 
 
 def _thumbnail(item: ReviewItem, folders: list[Path], settings: PrepareSettings) -> Thumbnail:
+    if item.reason == Reason.PREPARE_CRASHED:  # preparing it again here could take this process down with it
+        return Thumbnail(None, "preparing this page crashed the process that tried: no picture")
     path, why_not = locate(item.file_name or item.source_path, item.sha256, folders)
     if path is None or item.sha256 is None:
         return Thumbnail(None, why_not or "the file could not be hashed: no picture")

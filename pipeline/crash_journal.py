@@ -1,0 +1,136 @@
+"""Which pages a run is preparing, written down so that a page that kills the run is prepared alone next time.
+
+Why: decoding runs native code (libjpeg, libtiff, libwebp, PDFium, OpenJPEG, ONNX Runtime) in the run's own
+threads, because a process per page costs ~15 % of throughput on two cores. A file that crashes a decoder (a
+segfault, an abort) or hangs it therefore ends or stalls the whole run, and since nothing was stored for that
+page, the next run meets it again, and the one after: one bad file would stop a folder for good.
+
+So a run appends to a journal in OUT, `OUT/.inflight/<run id>`, a line when it starts preparing a page
+(`B <key>`) and one when preparing it returned (`E <key>`), each with one `os.write` on an O_APPEND descriptor:
+the kernel keeps what was written however the process dies (a power cut may lose the last lines; then the page
+is prepared in the run's own threads once more). The run holds an `flock` on its journal, which the kernel drops
+however the process ends. A journal whose lock can be taken belongs to a run that is over; the pages it began
+and did not end are suspects. The next run writes them into its own journal (`S <key>`) before it removes the
+old one, so they survive that run's death too, and prepares each suspect in a child process
+(`pipeline.prepare.isolated`); a page that crashes or hangs the child becomes a `prepare_crashed` failure.
+
+A run that ends in Python (done, an exception, SIGTERM, Ctrl-C) removes its journal only if every page it began
+was ended and every suspect it carried was met: a page interrupted by Ctrl-C may be the one that hung, and a
+suspect of another input folder waits for a run on that folder. Cost on the normal path: two small writes a page.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+JOURNAL_DIR = ".inflight"
+_BEGIN, _END, _SUSPECT = "B", "E", "S"
+
+
+class CrashJournal:
+    """This run's journal (open and locked until `close`), and the suspects it took over from runs that died.
+    Use `open`; `begin`/`end` are safe from any thread."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self._unfinished: set[str] = set()  # begun or carried, not ended
+        self._lock = threading.Lock()
+        self.suspects: frozenset[str] = frozenset()
+
+    @classmethod
+    def open(cls, out_dir: Path, run_id: str) -> CrashJournal:
+        """Start `run_id`'s journal in OUT and take over the unfinished pages of every journal of a run that is over.
+
+        The file is created under a hidden name, locked, then renamed: a journal under its run's name is always
+        locked while its run lives, so another run never takes a live one for a dead one."""
+        folder = out_dir / JOURNAL_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        pending = folder / f".{run_id}.new"
+        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(pending, folder / run_id)
+        journal = cls(folder / run_id, fd)
+        suspects: set[str] = set()
+        for other in sorted(folder.iterdir()):
+            if other.name != run_id and not other.name.startswith("."):
+                suspects |= journal._take_over(other)
+        journal.suspects = frozenset(suspects)
+        return journal
+
+    def begin(self, key: str) -> None:
+        """Preparing the page `key` starts now."""
+        with self._lock:
+            self._unfinished.add(key)
+        self._write(_BEGIN, [key])
+
+    def end(self, key: str) -> None:
+        """Preparing the page `key` returned (with a page or a failure): it did not crash this process."""
+        self._write(_END, [key])
+        with self._lock:
+            self._unfinished.discard(key)
+
+    def close(self) -> None:
+        """Release the journal; remove it when nothing in it is left for the next run."""
+        with self._lock:
+            left = bool(self._unfinished)
+        if not left:
+            self.path.unlink(missing_ok=True)
+        os.close(self._fd)  # drops the lock: a journal still there now belongs to a run that is over
+
+    def __enter__(self) -> CrashJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _take_over(self, other: Path) -> set[str]:
+        """The unfinished pages of `other` if its run is over (its lock can be taken), carried into this journal
+        before `other` is removed; nothing if its run is alive or another run took it over first."""
+        try:
+            fd = os.open(other, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return set()
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return set()  # its run is alive
+            try:
+                if os.stat(other).st_ino != os.fstat(fd).st_ino:
+                    return set()  # removed (and the name reused) by a run that took it over first
+            except FileNotFoundError:
+                return set()
+            with open(fd, "rb", closefd=False) as f:
+                keys = unfinished_keys(f.read().decode("ascii", errors="replace"))
+            with self._lock:
+                self._unfinished |= keys
+            self._write(_SUSPECT, keys)  # carried before the old journal goes
+            other.unlink()
+            return keys
+        finally:
+            os.close(fd)
+
+    def _write(self, mark: str, keys: Iterable[str]) -> None:
+        lines = "".join(f"{mark} {key}\n" for key in keys)
+        if lines:
+            os.write(self._fd, lines.encode("ascii"))
+
+
+def unfinished_keys(text: str) -> set[str]:
+    """Keys begun (`B`) or carried (`S`) and not ended (`E`) afterwards in a journal's text. Only whole lines
+    count: a last line without its newline is a write cut short (a power cut), and an odd line is skipped."""
+    unfinished: set[str] = set()
+    for line in text.split("\n")[:-1]:
+        mark, _, key = line.partition(" ")
+        if not key or mark not in (_BEGIN, _END, _SUSPECT):
+            continue
+        if mark == _END:
+            unfinished.discard(key)
+        else:
+            unfinished.add(key)
+    return unfinished
