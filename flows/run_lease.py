@@ -14,7 +14,6 @@ file under that name; it is swept the same way once it is older than any live ru
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 import time
@@ -32,6 +31,8 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
 from prefect.settings import get_current_settings
 from prefect.states import Crashed
+
+from pipeline.held_file import PENDING_SUFFIX, create_held, take_if_over
 
 # A file naming a flow run the current API does not know (one of another server's) is left to a run that talks to
 # that server, but not for ever: after this long it is removed.
@@ -69,18 +70,16 @@ async def flow_run_lease(flow_run_id: UUID | str, logger: Logger | LoggerAdapter
     sweep never finds the file of a live run unlocked. A Prefect home where it cannot be written costs the run
     only this: a warning, and a kill would leave the flow run Running."""
     folder = leases_dir()
-    path, pending = folder / str(flow_run_id), folder / f".{flow_run_id}.new"
+    path = folder / str(flow_run_id)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = create_held(path)
     except OSError as exc:
         logger.warning("no lease file for this flow run in %s (%s): if this process is killed, its flow run "
                        "stays Running", folder, exc.strerror or type(exc).__name__)
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.replace(pending, path)
         yield
     finally:
         path.unlink(missing_ok=True)  # before the lock goes: a sweep that takes it next finds no file
@@ -110,17 +109,10 @@ async def crash_dead_runs(logger: Logger | LoggerAdapter[Any]) -> None:
 
 
 async def _crash_if_dead(client: Any, path: Path, logger: Logger | LoggerAdapter[Any]) -> None:
+    fd = take_if_over(path)
+    if fd is None:
+        return  # its run is alive, or ended normally while this sweep was opening the file
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return  # its run just ended
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return  # its run is alive
-        if not _still_named(fd, path):
-            return  # its run ended normally while this sweep was opening the file
         flow_run_id = _lease_id(path)
         if path.name != str(flow_run_id) and time.time() - os.fstat(fd).st_mtime < PENDING_GRACE_S:
             return  # a pending name: maybe a live run between creating and locking it
@@ -142,16 +134,9 @@ def _lease_id(path: Path) -> UUID | None:
     """The flow run a lease file is for: named `<id>`, or `.<id>.new` before it got that name; None for any other
     file."""
     name = path.name
-    if name.startswith(".") and name.endswith(".new"):
-        name = name[1:-len(".new")]
+    if name.startswith(".") and name.endswith(PENDING_SUFFIX):
+        name = name[1:-len(PENDING_SUFFIX)]
     try:
         return UUID(name)
     except ValueError:
         return None
-
-
-def _still_named(fd: int, path: Path) -> bool:
-    try:
-        return os.stat(path).st_ino == os.fstat(fd).st_ino
-    except FileNotFoundError:
-        return False

@@ -21,11 +21,12 @@ suspect of another input folder waits for a run on that folder. Cost on the norm
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+
+from pipeline.held_file import create_held, take_if_over
 
 JOURNAL_DIR = ".inflight"
 _BEGIN, _END, _SUSPECT = "B", "E", "S"
@@ -46,15 +47,11 @@ class CrashJournal:
     def open(cls, out_dir: Path, run_id: str) -> CrashJournal:
         """Start `run_id`'s journal in OUT and take over the unfinished pages of every journal of a run that is over.
 
-        The file is created under a hidden name, locked, then renamed: a journal under its run's name is always
-        locked while its run lives, so another run never takes a live one for a dead one."""
+        The file is held as `pipeline.held_file` holds it (locked before it is named), so another run never takes
+        a live journal for a dead one."""
         folder = out_dir / JOURNAL_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        pending = folder / f".{run_id}.new"
-        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.rename(pending, folder / run_id)
-        journal = cls(folder / run_id, fd)
+        journal = cls(folder / run_id, create_held(folder / run_id, os.O_WRONLY | os.O_EXCL | os.O_APPEND))
         suspects: set[str] = set()
         for other in sorted(folder.iterdir()):
             if other.name != run_id and not other.name.startswith("."):
@@ -91,20 +88,10 @@ class CrashJournal:
     def _take_over(self, other: Path) -> set[str]:
         """The unfinished pages of `other` if its run is over (its lock can be taken), carried into this journal
         before `other` is removed; nothing if its run is alive or another run took it over first."""
+        fd = take_if_over(other)
+        if fd is None:
+            return set()  # its run is alive, or another run took it over first
         try:
-            fd = os.open(other, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return set()
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return set()  # its run is alive
-            try:
-                if os.stat(other).st_ino != os.fstat(fd).st_ino:
-                    return set()  # removed (and the name reused) by a run that took it over first
-            except FileNotFoundError:
-                return set()
             with open(fd, "rb", closefd=False) as f:
                 keys = unfinished_keys(f.read().decode("ascii", errors="replace"))
             with self._lock:

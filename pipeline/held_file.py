@@ -1,0 +1,54 @@
+"""Files a process holds an `flock` on for as long as it lives, so that another process can tell it is over.
+
+Why: a process killed by SIGKILL, the OOM killer or a power cut leaves no word behind, but the kernel drops its
+locks however it ends. So a file created locked, and kept locked until its process lets it go, says "my process
+is over" the moment another process can take its lock. Two things make that reliable: the file is locked before
+it gets its name (created as `.<name>.new`, locked, renamed), so a file under its own name is never seen
+unlocked while its process lives; and a taker checks, once it holds the lock, that the file still has that name
+(the process may have removed it, and another created one under the same name, in between). Used by the flow run
+leases (`flows/run_lease.py`) and the crash journal (`pipeline/crash_journal.py`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+PENDING_SUFFIX = ".new"
+
+
+def pending_name(path: Path) -> Path:
+    """Where `path` is created before it is locked and named."""
+    return path.with_name(f".{path.name}{PENDING_SUFFIX}")
+
+
+def create_held(path: Path, flags: int = os.O_WRONLY | os.O_TRUNC) -> int:
+    """Create `path` locked by this process (`flags` for the open, besides O_CREAT); its descriptor, whose closing
+    (or this process's end) releases the lock."""
+    pending = pending_name(path)
+    fd = os.open(pending, flags | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.replace(pending, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def take_if_over(path: Path) -> int | None:
+    """A read descriptor of `path`, holding its lock, if the process that held it is over; None if it is alive,
+    or the file is gone or no longer under that name. The caller closes the descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            return fd
+    except (BlockingIOError, FileNotFoundError):
+        pass
+    os.close(fd)
+    return None
