@@ -5,7 +5,7 @@ threads, because a process per page costs ~15 % of throughput on two cores. A fi
 segfault, an abort) or hangs it therefore ends or stalls the whole run, and since nothing was stored for that
 page, the next run meets it again, and the one after: one bad file would stop a folder for good.
 
-So a run appends to a journal in OUT, `OUT/.inflight/<run id>`, a line when it starts preparing a page
+So a run appends to a journal in OUT, `OUT/.inflight/<run id>.<random>`, a line when it starts preparing a page
 (`B <key>`) and one when preparing it returned (`E <key>`), each with one `os.write` on an O_APPEND descriptor:
 the kernel keeps what was written however the process dies (a power cut may lose the last lines; then the page
 is prepared in the run's own threads once more). The run holds an `flock` on its journal, which the kernel drops
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -51,10 +52,13 @@ class CrashJournal:
         a live journal for a dead one."""
         folder = out_dir / JOURNAL_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        journal = cls(folder / run_id, create_held(folder / run_id, os.O_WRONLY | os.O_EXCL | os.O_APPEND))
+        # A name of its own for each journal: a flow run retried from the UI keeps its id, and its earlier
+        # attempt's journal must be taken over, not replaced.
+        path = folder / f"{run_id}.{uuid.uuid4().hex[:12]}"
+        journal = cls(path, create_held(path, os.O_WRONLY | os.O_EXCL | os.O_APPEND))
         suspects: set[str] = set()
         for other in sorted(folder.iterdir()):
-            if other.name != run_id and not other.name.startswith("."):
+            if other != path and not other.name.startswith("."):
                 suspects |= journal._take_over(other)
         journal.suspects = frozenset(suspects)
         return journal

@@ -41,7 +41,7 @@ def test_a_dead_runs_unfinished_pages_are_suspects_and_survive_the_next_runs_dea
     _run_then_die(tmp_path, "run-2", begun=["d:0"], ended=["d:0"])
     with CrashJournal.open(tmp_path, "run-3") as journal:
         assert journal.suspects == {"a:0", "c:1"}
-        assert [p.name for p in (tmp_path / JOURNAL_DIR).iterdir()] == ["run-3"]  # the dead ones taken over
+        assert list((tmp_path / JOURNAL_DIR).iterdir()) == [journal.path]  # the dead ones taken over
         for key in sorted(journal.suspects):
             journal.begin(key)
             journal.end(key)
@@ -58,7 +58,7 @@ def test_a_live_runs_journal_is_left_alone(tmp_path: Path) -> None:
         assert live.stdout.readline().strip() == "ready"
         with CrashJournal.open(tmp_path, "other") as journal:
             assert journal.suspects == frozenset()
-        assert (tmp_path / JOURNAL_DIR / "live").exists()
+        assert len(list((tmp_path / JOURNAL_DIR).glob("live.*"))) == 1
     finally:
         live.communicate("", timeout=60)
     # It ended in Python with x:0 begun and not ended (Ctrl-C on a hung page looks like this): kept for the next.
@@ -100,7 +100,8 @@ def test_a_segfault_or_a_hang_in_the_child_is_a_failure_and_a_bug_is_raised(samp
     ref, settings = _first_page(sample_dir), PrepareSettings()
     crashed = prepare_isolated(ref, settings, keep_full=False, prepare=isolation_targets.segfault)
     assert isinstance(crashed, Failure) and crashed.reason == Reason.PREPARE_CRASHED
-    assert crashed.stage == "preprocess" and "SIGSEGV" in crashed.detail and (crashed.sha256, crashed.page) == (ref.sha256, ref.page)
+    assert crashed.stage == "preprocess" and "SIGSEGV" in crashed.detail
+    assert (crashed.sha256, crashed.page) == (ref.sha256, ref.page)
     hung = prepare_isolated(ref, settings, keep_full=False, prepare=isolation_targets.hang, timeout_s=5)
     assert isinstance(hung, Failure) and hung.reason == Reason.PREPARE_CRASHED
     assert "no answer within 5 s" in hung.detail
@@ -159,3 +160,11 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         return "gone"
+
+
+def test_a_run_id_used_again_takes_over_its_earlier_attempts_journal(tmp_path: Path) -> None:
+    # A flow run retried from the Prefect UI keeps its id: its second attempt must not replace the first's journal.
+    with CrashJournal.open(tmp_path, "same-run") as first:
+        first.begin("hung:0")  # interrupted in Python (Ctrl-C on a hung page): kept for the next run
+    with CrashJournal.open(tmp_path, "same-run") as again:
+        assert again.suspects == {"hung:0"}
