@@ -32,14 +32,13 @@ from prefect.runtime import flow_run
 from prefect.settings import get_current_settings
 from prefect.states import Crashed
 
-from pipeline.held_file import PENDING_SUFFIX, create_held, take_if_over
+from pipeline.held_file import PENDING_GRACE_S, PENDING_SUFFIX, create_held, is_pending, take_if_over
 
 # A file naming a flow run the current API does not know (one of another server's) is left to a run that talks to
 # that server, but not for ever: after this long it is removed.
 FORGET_AFTER_S = 7 * 86400
 # A live run names its `.<id>.new` file microseconds after creating it, and locks it in between: only a file
 # older than this is known to be left by a dead process (a younger one may not be locked yet).
-PENDING_GRACE_S = 60.0
 UNFINISHED = frozenset({StateType.RUNNING, StateType.PENDING})
 _MESSAGE = "the idflow process running this flow run ended without reporting it (killed, out of memory, power cut)"
 
@@ -134,7 +133,7 @@ def _lease_id(path: Path) -> UUID | None:
     """The flow run a lease file is for: named `<id>`, or `.<id>.new` before it got that name; None for any other
     file."""
     name = path.name
-    if name.startswith(".") and name.endswith(PENDING_SUFFIX):
+    if is_pending(path):
         name = name[1:-len(PENDING_SUFFIX)]
     try:
         return UUID(name)

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-from pipeline.held_file import create_held, take_if_over
+from pipeline.held_file import create_held, is_pending, remove_if_abandoned, take_if_over
 
 JOURNAL_DIR = ".inflight"
 _BEGIN, _END, _SUSPECT = "B", "E", "S"
@@ -58,7 +58,9 @@ class CrashJournal:
         journal = cls(path, create_held(path, os.O_WRONLY | os.O_EXCL | os.O_APPEND))
         suspects: set[str] = set()
         for other in sorted(folder.iterdir()):
-            if other != path and not other.name.startswith("."):
+            if is_pending(other):
+                remove_if_abandoned(other)
+            elif other != path and not other.name.startswith("."):
                 suspects |= journal._take_over(other)
         journal.suspects = frozenset(suspects)
         return journal

@@ -13,14 +13,22 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 PENDING_SUFFIX = ".new"
+# A pending file younger than this may belong to a live process between creating and locking it (microseconds).
+PENDING_GRACE_S = 60.0
 
 
 def pending_name(path: Path) -> Path:
     """Where `path` is created before it is locked and named."""
     return path.with_name(f".{path.name}{PENDING_SUFFIX}")
+
+
+def is_pending(path: Path) -> bool:
+    """Whether `path` is a pending name (`.<name>.new`)."""
+    return path.name.startswith(".") and path.name.endswith(PENDING_SUFFIX)
 
 
 def create_held(path: Path, flags: int = os.O_WRONLY | os.O_TRUNC) -> int:
@@ -52,3 +60,19 @@ def take_if_over(path: Path) -> int | None:
         pass
     os.close(fd)
     return None
+
+
+def remove_if_abandoned(pending: Path) -> bool:
+    """Remove a pending file whose process died between creating and naming it (a kill at that instant): its lock
+    can be taken and it is older than `PENDING_GRACE_S`. Such a file is empty (nothing is written to a held file
+    before it is named), so nothing is lost; without this it would stay for good. True when it was removed."""
+    fd = take_if_over(pending)
+    if fd is None:
+        return False
+    try:
+        if time.time() - os.fstat(fd).st_mtime < PENDING_GRACE_S:
+            return False
+        pending.unlink(missing_ok=True)
+        return True
+    finally:
+        os.close(fd)

@@ -4,6 +4,8 @@ processes (a SIGKILLed run, a segfaulting and a hanging child)."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ from pipeline.config import PrepareSettings, Settings
 from pipeline.crash_journal import JOURNAL_DIR, CrashJournal, unfinished_keys
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason
 from pipeline.engine import Engine
+from pipeline.held_file import PENDING_GRACE_S
 from pipeline.ingest import Discovery
 from pipeline.prepare import prepare_page
 from pipeline.prepare.isolated import prepare_isolated
@@ -77,6 +80,27 @@ def test_a_carried_suspect_not_met_is_kept_and_a_clean_run_leaves_nothing(tmp_pa
         journal.begin("elsewhere:0")
         journal.end("elsewhere:0")
     assert not any((tmp_path / JOURNAL_DIR).iterdir())
+
+
+def test_a_journal_left_unnamed_by_a_kill_is_removed_once_old_enough(tmp_path: Path) -> None:
+    """A run killed between creating `.<name>.new` and naming it leaves an empty file: the next run removes it once
+    it is older than a live run's could be; a young one, or one whose process still holds its lock, stays."""
+    folder = tmp_path / JOURNAL_DIR
+    folder.mkdir()
+    old, young, held = (folder / f".{name}.new" for name in ("dead.1", "starting.2", "slow.3"))
+    for path in (old, young, held):
+        path.touch()
+    long_ago = time.time() - PENDING_GRACE_S - 60
+    for path in (old, held):
+        os.utime(path, (long_ago, long_ago))
+    fd = os.open(held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # flock is per open file: the journal's own open of it cannot take this
+    try:
+        with CrashJournal.open(tmp_path, "next") as journal:
+            assert journal.suspects == frozenset()
+            assert sorted(folder.iterdir()) == sorted([journal.path, young, held])
+    finally:
+        os.close(fd)
 
 
 def test_journal_lines_cut_short_are_ignored() -> None:

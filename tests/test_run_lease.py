@@ -18,7 +18,8 @@ from prefect.client.schemas.objects import StateType
 from prefect.settings import PREFECT_HOME, temporary_settings
 from prefect.states import Running
 
-from flows.run_lease import PENDING_GRACE_S, crash_dead_runs, flow_run_lease
+from flows.run_lease import crash_dead_runs, flow_run_lease
+from pipeline.held_file import PENDING_GRACE_S
 
 LOGGER = logging.getLogger("test-run-lease")
 
