@@ -37,8 +37,6 @@ from pipeline.held_file import PENDING_GRACE_S, PENDING_SUFFIX, create_held, is_
 # A file naming a flow run the current API does not know (one of another server's) is left to a run that talks to
 # that server, but not for ever: after this long it is removed.
 FORGET_AFTER_S = 7 * 86400
-# A live run names its `.<id>.new` file microseconds after creating it, and locks it in between: only a file
-# older than this is known to be left by a dead process (a younger one may not be locked yet).
 UNFINISHED = frozenset({StateType.RUNNING, StateType.PENDING})
 _MESSAGE = "the idflow process running this flow run ended without reporting it (killed, out of memory, power cut)"
 

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 PENDING_SUFFIX = ".new"
-# A pending file younger than this may belong to a live process between creating and locking it (microseconds).
+# A live process names its pending file microseconds after creating it, and locks it in between: only a pending
+# file older than this is known to be left by a dead process (a younger one may not be locked yet).
 PENDING_GRACE_S = 60.0
 
 
@@ -62,17 +63,15 @@ def take_if_over(path: Path) -> int | None:
     return None
 
 
-def remove_if_abandoned(pending: Path) -> bool:
+def remove_if_abandoned(pending: Path) -> None:
     """Remove a pending file whose process died between creating and naming it (a kill at that instant): its lock
     can be taken and it is older than `PENDING_GRACE_S`. Such a file is empty (nothing is written to a held file
-    before it is named), so nothing is lost; without this it would stay for good. True when it was removed."""
+    before it is named), so nothing is lost; without this it would stay for good."""
     fd = take_if_over(pending)
     if fd is None:
-        return False
+        return
     try:
-        if time.time() - os.fstat(fd).st_mtime < PENDING_GRACE_S:
-            return False
-        pending.unlink(missing_ok=True)
-        return True
+        if time.time() - os.fstat(fd).st_mtime >= PENDING_GRACE_S:
+            pending.unlink(missing_ok=True)
     finally:
         os.close(fd)
