@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.browser import BrowserBinaries, find_browser
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -18,16 +20,32 @@ def _realdata_dir() -> Path | None:
     return None
 
 
+def _missing(message: str, required_by: str) -> None:
+    """Skip the test for want of something outside the repo, or fail it when the environment variable
+    `required_by` is 1 (CI sets it, so a missing dependency there is a failure, never a quiet skip)."""
+    if os.environ.get(required_by) == "1":
+        pytest.fail(f"{message}, and {required_by}=1 requires it", pytrace=False)
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def realdata_dir() -> Path:
     """The real specimens; missing, the tests using them skip, or fail when IDFLOW_REQUIRE_REALDATA=1 (CI)."""
     d = _realdata_dir()
     if d is None:
-        message = "../shared/realdata not present (set IDFLOW_REALDATA)"
-        if os.environ.get("IDFLOW_REQUIRE_REALDATA") == "1":
-            pytest.fail(f"{message}, and IDFLOW_REQUIRE_REALDATA=1 requires it", pytrace=False)
-        pytest.skip(message)
+        _missing("../shared/realdata not present (set IDFLOW_REALDATA)", "IDFLOW_REQUIRE_REALDATA")
     return d
+
+
+@pytest.fixture(scope="session")
+def browser_binaries() -> BrowserBinaries:
+    """Chromium and chromedriver for the UI tests; missing, those tests skip, or fail when IDFLOW_REQUIRE_BROWSER=1
+    (CI, which installs them)."""
+    found = find_browser()
+    if found is None:
+        _missing("chromium/chromedriver not installed (apt-get install chromium chromium-driver)",
+                 "IDFLOW_REQUIRE_BROWSER")
+    return found
 
 
 @pytest.fixture(scope="session")

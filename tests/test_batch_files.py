@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import openai
-import pytest
 from typer.testing import CliRunner
 
 from pipeline.backends.openai_compat import OpenAICompatBackend

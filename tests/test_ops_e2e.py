@@ -7,16 +7,12 @@ Slow (server start, OCR runs): generous timeouts; every process is killed in `fi
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +23,11 @@ import pytest
 from pipeline.inbox import LEDGER_NAME, STATE_DIR
 from pipeline.store import RESULTS, RUNS
 from pipeline.watch import STATE_NAME
-from tests.support.prefect_server import Stack, free_port, prefect_server, wait_for
+from tests.support.browser import Browser, BrowserBinaries
+from tests.support.prefect_server import Stack, prefect_server, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = ("cn_front.jpg", "passport_td3.jpg", "broken.jpg")  # two good documents and one failure
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -172,15 +167,14 @@ def test_nightly_processes_only_folders_not_done(stack: OpsStack, upload_run: Up
     assert len(stack.call(lambda c: _flow_runs(c, flow="extract-folder"))) == 2  # nothing processed twice
 
 
-@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
-                    reason="chromium/chromedriver not installed (apt-get install chromium chromium-driver)")
-def test_ui_shows_the_summary_artifact(stack: OpsStack, upload_run: UploadRun) -> None:
+def test_ui_shows_the_summary_artifact(browser_binaries: BrowserBinaries, stack: OpsStack,
+                                      upload_run: UploadRun) -> None:
     """Headless Chromium (driven by chromedriver) opens the on-upload run's page, clicks the Artifacts tab, sees
     the summary artifact, opens it and sees the rendered markdown. Screenshots are kept for people to look at
     (IDFLOW_SCREENSHOT_DIR, default the test's temp folder)."""
     shots = Path(os.environ.get("IDFLOW_SCREENSHOT_DIR", stack.tmp))
     shots.mkdir(parents=True, exist_ok=True)
-    with Browser(stack.tmp) as browser:
+    with Browser(stack.tmp, browser_binaries) as browser:
         browser.open(f"{stack.url}/runs/flow-run/{upload_run.flow_run_id}")
         browser.click(browser.wait_for_element("css selector", "li#artifacts"))
         wait_for(lambda: "idflow-run-summary" in browser.text(), 60, "the summary artifact on the Artifacts tab")
@@ -192,79 +186,6 @@ def test_ui_shows_the_summary_artifact(stack: OpsStack, upload_run: UploadRun) -
                         "the summary markdown to render")
         browser.screenshot(shots / "run-summary-artifact.png")
     assert f"idflow run {upload_run.flow_run_id[:8]}" in text and "Failures by reason" in text
-
-
-class Browser:
-    """Just enough of the W3C WebDriver protocol (chromedriver over HTTP) to click and read a page."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.port, self.tmp = free_port(), tmp
-        self.session = ""
-
-    def __enter__(self) -> Browser:
-        self.driver = subprocess.Popen([str(CHROMEDRIVER), f"--port={self.port}"], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL, start_new_session=True)
-        options = {"binary": CHROMIUM, "args": [
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-dev-shm-usage", f"--user-data-dir={self.tmp / 'chromium-profile'}", "--window-size=1400,1000"]}
-        try:
-            wait_for(self._ready, 30, "chromedriver", every=0.2)
-            self.session = self._call("POST", "/session", {"capabilities": {"alwaysMatch": {
-                "browserName": "chrome", "goog:chromeOptions": options}}}, session=False)["sessionId"]
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Close the browser, then kill chromedriver's whole process group (Chromium children included)."""
-        try:
-            if self.session:
-                self._call("DELETE", "")
-        except OSError:
-            pass  # the kill below cleans up either way
-        finally:
-            os.killpg(self.driver.pid, signal.SIGKILL)
-            self.driver.wait(timeout=10)
-
-    def _ready(self) -> bool:
-        try:
-            return bool(self._call("GET", "/status", session=False)["ready"])
-        except OSError:
-            return False
-
-    def _call(self, method: str, path: str, body: dict | None = None, session: bool = True) -> Any:
-        url = f"http://127.0.0.1:{self.port}{f'/session/{self.session}' if session else ''}{path}"
-        request = urllib.request.Request(url, method=method, headers={"Content-Type": "application/json"},
-                                         data=None if body is None else json.dumps(body).encode())
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return json.load(response)["value"]
-
-    def open(self, url: str) -> None:
-        self._call("POST", "/url", {"url": url})
-
-    def wait_for_element(self, using: str, value: str) -> dict:
-        def find() -> dict | None:
-            try:
-                return self._call("POST", "/element", {"using": using, "value": value})
-            except urllib.error.HTTPError:  # "no such element" yet: the page is still loading
-                return None
-
-        return wait_for(find, 60, f"element {value}", every=0.5)
-
-    def click(self, element: dict) -> None:
-        self._call("POST", f"/element/{next(iter(element.values()))}/click", {})
-
-    def script(self, source: str, *args: Any) -> Any:
-        return self._call("POST", "/execute/sync", {"script": source, "args": list(args)})
-
-    def text(self) -> str:
-        return self.script("return document.body.innerText")
-
-    def screenshot(self, path: Path) -> None:
-        path.write_bytes(base64.b64decode(self._call("GET", "/screenshot")))
-        assert path.stat().st_size > 10_000, f"blank screenshot {path}"
 
 
 def test_retry_failures_deployment_runs_under_the_request_limit(stack: OpsStack, upload_run: UploadRun) -> None:

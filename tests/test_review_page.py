@@ -20,7 +20,7 @@ from pipeline.review.queue import build_queue
 from pipeline.review.thumbnails import THUMBNAIL_LONG_EDGE
 from pipeline.store import FAILURES, RESULTS, read_table
 from tests.support.review_data import BLURRED, review_inputs
-from tests.test_ops_e2e import CHROMEDRIVER, CHROMIUM, Browser
+from tests.support.browser import Browser, BrowserBinaries
 
 REPO = Path(__file__).resolve().parent.parent
 THRESHOLD = 0.9
@@ -77,9 +77,8 @@ def _expected(out: Path) -> dict[str, str]:
     return expected
 
 
-@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
-                    reason="chromium/chromedriver not installed (apt-get install chromium chromium-driver)")
-def test_review_page_shows_every_failure_and_flagged_record_with_its_picture(reviewed_run: tuple[Path, Path]) -> None:
+def test_review_page_shows_every_failure_and_flagged_record_with_its_picture(
+        browser_binaries: BrowserBinaries, reviewed_run: tuple[Path, Path]) -> None:
     _, out = reviewed_run
     env = {**os.environ, "PYTHONPATH": str(REPO), "IDFLOW_REVIEW_THRESHOLD": str(THRESHOLD)}
     done = subprocess.run([sys.executable, "-m", "pipeline", "review", str(out)], env=env, cwd=REPO,
@@ -99,7 +98,7 @@ def test_review_page_shows_every_failure_and_flagged_record_with_its_picture(rev
 
     shots = Path(os.environ.get("IDFLOW_SCREENSHOT_DIR", pages[0].parent.parent.parent))
     shots.mkdir(parents=True, exist_ok=True)
-    with Browser(out.parent) as browser:
+    with Browser(out.parent, browser_binaries) as browser:
         browser.open(pages[0].resolve().as_uri())
         browser.wait_for_element("css selector", "section.item")
         items = browser.script("""
