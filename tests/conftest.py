@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.browser import BrowserBinaries, find_browser
+if TYPE_CHECKING:
+    from tests.support.browser import BrowserBinaries
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,6 +43,8 @@ def realdata_dir() -> Path:
 def browser_binaries() -> BrowserBinaries:
     """Chromium and chromedriver for the UI tests; missing, those tests skip, or fail when IDFLOW_REQUIRE_BROWSER=1
     (CI, which installs them)."""
+    from tests.support.browser import find_browser  # here, not at the top: this file must load on its own
+
     found = find_browser()
     if found is None:
         _missing("chromium/chromedriver not installed (apt-get install chromium chromium-driver)",
