@@ -23,6 +23,15 @@ REPO = Path(__file__).resolve().parent.parent.parent
 BIN = Path(sys.executable).parent
 
 
+def _deliver_queued_events(timeout_s: float = 30.0) -> None:
+    """Send the events this test process has queued (a flow run in-process emits them) while their server is still
+    up. Queued for a server that is gone, they are retried by the Prefect test harness's drain at the end of the
+    session: 45 s of the suite's time with two such stacks. Each worker is made again when next needed."""
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=timeout_s, at_exit=False)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,6 +89,7 @@ class Stack:
         proc.wait(timeout=10)
 
     def stop_all(self) -> None:
+        _deliver_queued_events()
         for name in list(self.procs)[::-1]:
             self.stop(name)
 
