@@ -32,7 +32,7 @@ from prefect.runtime import flow_run
 from prefect.settings import get_current_settings
 from prefect.states import Crashed
 
-from pipeline.held_file import PENDING_GRACE_S, PENDING_SUFFIX, create_held, is_pending, take_if_over
+from pipeline.held_file import PENDING_SUFFIX, create_held, is_pending, take_if_over, too_young_to_judge
 
 # A file naming a flow run the current API does not know (one of another server's) is left to a run that talks to
 # that server, but not for ever: after this long it is removed.
@@ -111,8 +111,8 @@ async def _crash_if_dead(client: Any, path: Path, logger: Logger | LoggerAdapter
         return  # its run is alive, or ended normally while this sweep was opening the file
     try:
         flow_run_id = _lease_id(path)
-        if path.name != str(flow_run_id) and time.time() - os.fstat(fd).st_mtime < PENDING_GRACE_S:
-            return  # a pending name: maybe a live run between creating and locking it
+        if is_pending(path) and too_young_to_judge(fd):
+            return  # maybe a live run between creating and locking it
         try:
             run = await client.read_flow_run(flow_run_id)
         except ObjectNotFound:

@@ -63,6 +63,12 @@ def take_if_over(path: Path) -> int | None:
     return None
 
 
+def too_young_to_judge(fd: int) -> bool:
+    """Whether the pending file behind `fd` (its lock taken) is younger than `PENDING_GRACE_S`: a live process
+    may have created it and not locked it yet, so an untaken lock proves nothing about it."""
+    return time.time() - os.fstat(fd).st_mtime < PENDING_GRACE_S
+
+
 def remove_if_abandoned(pending: Path) -> None:
     """Remove a pending file whose process died between creating and naming it (a kill at that instant): its lock
     can be taken and it is older than `PENDING_GRACE_S`. Such a file is empty (nothing is written to a held file
@@ -71,7 +77,7 @@ def remove_if_abandoned(pending: Path) -> None:
     if fd is None:
         return
     try:
-        if time.time() - os.fstat(fd).st_mtime >= PENDING_GRACE_S:
+        if not too_young_to_judge(fd):
             pending.unlink(missing_ok=True)
     finally:
         os.close(fd)
