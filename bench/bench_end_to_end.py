@@ -94,8 +94,8 @@ def startup_pieces() -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     pieces = {}
     for label, code in [("python itself", "pass"),
-                        ("import pipeline.cli", "import pipeline.cli"),
-                        ("+ import flows.extract (Prefect)", "import pipeline.cli, flows.extract"),
+                        ("import idflow.cli", "import idflow.cli"),
+                        ("+ import flows.extract (Prefect)", "import idflow.cli, flows.extract"),
                         ("load the page orientation model", "from pipeline.prepare.orient import _get_page_model;"
                          "import time; t=time.perf_counter(); _get_page_model(); print(time.perf_counter()-t)"),
                         ("load the text detector (careful path only)", "from pipeline.prepare.orient import "

@@ -17,7 +17,7 @@ from flows.extract import extract_folder
 from flows.nightly import nightly
 from flows.retry import retry_failures
 from flows.review import review
-from pipeline.watch import RESOURCE_PREFIX, UPLOAD_EVENT
+from flows.watch import RESOURCE_PREFIX, UPLOAD_EVENT
 
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 DEFAULT_NIGHTLY_CRON = "0 2 * * *"

@@ -1,6 +1,6 @@
 """Upload folders in an inbox: when one is complete, and which ones are already done.
 
-Shared by the watcher (`pipeline/watch.py`, announces complete folders) and the nightly flow
+Shared by the watcher (`flows/watch.py`, announces complete folders) and the nightly flow
 (`flows/nightly.py`, processes complete folders not yet done), so both agree on what "complete" means.
 No Prefect imports: everything here is testable with plain files.
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from pipeline.backends.openai_compat import OpenAICompatBackend
 from pipeline.batch_files import (ImportReport, export_requests, find_manifest, import_responses, manifest_path,
                                   read_manifest)
-from pipeline.cli_vllm import batch_app
+from idflow.batch import batch_app
 from pipeline.config import OpenAISettings
 from pipeline.datamodel import Extraction, Failure, Reason
 from pipeline.store import FAILURES, RESULTS, read_table

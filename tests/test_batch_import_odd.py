@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.batch_files import import_responses, manifest_path, read_manifest
-from pipeline.cli import app
-from pipeline.cli_vllm import batch_app
+from idflow.cli import app
+from idflow.batch import batch_app
 from pipeline.datamodel import Extraction, Failure, Reason
 from pipeline.engine import finish
 from pipeline.failure_queue import current_failures

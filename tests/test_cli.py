@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.cli import app
+from idflow.cli import app
 
 
 def test_missing_input_folder_is_a_configuration_error(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_dask_without_the_extra_names_the_extra(tmp_path: Path, monkeypatch) -> 
 
 
 def test_vllm_commands_name_a_bad_setting_without_its_value(tmp_path: Path, monkeypatch) -> None:
-    from pipeline.cli_vllm import vllm_app
+    from idflow.vllm import vllm_app
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("IDFLOW_VLLM_PORT_BASE", "sk-pasted-here-4f9a2c")  # a key pasted into the wrong variable
@@ -102,7 +102,7 @@ NUMBER_NAME = "zhang110101199003071233.jpg"
 
 def _idflow(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     repo = Path(__file__).resolve().parent.parent
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=repo, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "idflow", *args], cwd=repo, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(repo), **env})
 
 

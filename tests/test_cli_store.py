@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.cli import app
+from idflow.cli import app
 from pipeline.failure_queue import current_failures
 from pipeline.store import FAILURES, RESULTS, RUNS, read_table, source_file_name
 from tests.support.chat_server import ChatServer, ServerConfig
@@ -61,7 +61,7 @@ def _env(prefect_api: str, base_url: str, **extra: str) -> dict[str, str]:
 
 
 def _idflow(*args: str, env: dict[str, str], **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=REPO, env=env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "idflow", *args], cwd=REPO, env=env, text=True,
                             stderr=subprocess.STDOUT, **kw)
 
 

@@ -180,7 +180,7 @@ def test_vllm_backend_checks_every_pool_endpoint_not_the_api(serve: Callable[...
                                                              tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from pipeline.cli import app
+    from idflow.cli import app
 
     pool = [serve(base_path="/v1", model="pool-vlm") for _ in range(2)]
     api = serve(model="api-model")  # the OpenAI settings point here: it must not be asked
@@ -205,7 +205,7 @@ def test_vllm_backend_checks_every_pool_endpoint_not_the_api(serve: Callable[...
 def test_vllm_backend_without_endpoints_is_a_configuration_error(monkeypatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from pipeline.cli import app
+    from idflow.cli import app
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("IDFLOW_VLLM_ENDPOINTS", raising=False)

@@ -7,7 +7,7 @@ from pathlib import Path
 from PIL import Image
 from typer.testing import CliRunner
 
-from pipeline.cli import app
+from idflow.cli import app
 from pipeline.config import Settings
 from pipeline.estimate import estimate_folder
 

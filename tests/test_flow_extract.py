@@ -93,7 +93,7 @@ def test_killed_run_resumes_without_loss_or_duplicates(prefect_api, sample_dir: 
     out = tmp_path / "out"
     env = {**os.environ, "PREFECT_API_URL": prefect_api, "IDFLOW_FLUSH_EVERY": "1", "IDFLOW_BATCH_SIZE": "1",
            "IDFLOW_CONCURRENCY": "1"}
-    cmd = [sys.executable, "-m", "pipeline", "run", str(inbox), "--out", str(out)]
+    cmd = [sys.executable, "-m", "idflow", "run", str(inbox), "--out", str(out)]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not list((out / RESULTS).rglob("*.parquet")):
@@ -129,7 +129,7 @@ def test_a_page_a_dead_run_was_preparing_is_prepared_alone_and_stored(prefect_ap
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=120).returncode == -signal.SIGKILL
 
     env = {**os.environ, "PREFECT_API_URL": prefect_api}
-    done = subprocess.run([sys.executable, "-m", "pipeline", "run", str(inbox), "--out", str(out)], env=env,
+    done = subprocess.run([sys.executable, "-m", "idflow", "run", str(inbox), "--out", str(out)], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "1 page(s) a run that died was preparing" in done.stdout + done.stderr

@@ -22,7 +22,7 @@ import pytest
 
 from pipeline.inbox import LEDGER_NAME, STATE_DIR
 from pipeline.store import RESULTS, RUNS
-from pipeline.watch import STATE_NAME
+from flows.watch import STATE_NAME
 from tests.support.browser import Browser, BrowserBinaries
 from tests.support.prefect_server import Stack, prefect_server, wait_for
 

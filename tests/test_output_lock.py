@@ -47,7 +47,7 @@ def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
         (out / "failures").mkdir()
         for command in (["run", str(out / "failures"), "--out", str(out)], ["retry", str(out)]):
             # refused before any flow starts: one line, not the traceback of a flow failing on the lock
-            done = subprocess.run([sys.executable, "-m", "pipeline", *command], cwd=REPO, capture_output=True,
+            done = subprocess.run([sys.executable, "-m", "idflow", *command], cwd=REPO, capture_output=True,
                                   text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
             assert done.returncode == 2 and "holder-run" in done.stdout, done.stdout + done.stderr
             assert "Traceback" not in done.stdout + done.stderr

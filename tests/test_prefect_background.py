@@ -210,11 +210,11 @@ def test_runs_share_one_local_server_until_it_is_stopped(tmp_path: Path) -> None
         replacement = prefect_servers(home)
         assert len(replacement) == 1 and replacement != servers
 
-        stop = subprocess.run([sys.executable, "-m", "pipeline", "stop-server"], env=env, cwd=tmp_path,
+        stop = subprocess.run([sys.executable, "-m", "idflow", "stop-server"], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=300)
         assert stop.returncode == 0 and f"pid {replacement[0]}" in stop.stdout, stop.stdout + stop.stderr
         no_server_left(home)
-        again = subprocess.run([sys.executable, "-m", "pipeline", "stop-server"], env=env, cwd=tmp_path,
+        again = subprocess.run([sys.executable, "-m", "idflow", "stop-server"], env=env, cwd=tmp_path,
                                capture_output=True, text=True, timeout=300)
         assert again.returncode == 0 and "no local Prefect server runs" in again.stdout, again.stdout
     finally:
@@ -237,7 +237,7 @@ STOPS_ITSELF = """
 import os, signal, sys, time
 import typer
 from prefect import flow
-from pipeline.cli_common import prefect_api, stopped_by_signal
+from idflow.common import prefect_api, stopped_by_signal
 
 @flow
 def stops_itself() -> None:
@@ -295,7 +295,7 @@ def _holder(env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], int]
 
 
 def _stop_server(env: dict[str, str], cwd: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline", "stop-server", *flags], env=env, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "idflow", "stop-server", *flags], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=300)
 
 

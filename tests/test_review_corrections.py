@@ -99,8 +99,8 @@ def test_the_retry_leaves_a_corrected_document_alone(queue: tuple[Path, Path]) -
 def test_show_lists_corrections_masked_and_as_text(tmp_path: Path) -> None:
     """`idflow show`'s table of decisions: a number inside a file name is masked as everywhere on the console, and
     names a person or a file chose ('ops [/team]', 'x[/b].jpg') are text, not markup (rich raised on them)."""
-    from pipeline.cli_common import console
-    from pipeline.cli_review import print_corrections
+    from idflow.common import console
+    from idflow.review import print_corrections
 
     corr = dataclasses.replace(_correction("a" * 64, who="ops [/team]", name="ZHANG SAN"),
                                source_path="x[/b]/zhang110101199003071233.jpg")

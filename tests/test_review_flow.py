@@ -86,7 +86,7 @@ def test_review_flow_refuses_a_wrong_check_digit_and_stores_the_right_correction
     (inbox / "truncated.png").write_bytes((REPO / "data" / "sample" / "truncated.png").read_bytes())
     out = tmp_path / "out"
     env = _env(prefect_api)
-    done = subprocess.run([sys.executable, "-m", "pipeline", "run", str(inbox), "--out", str(out)], env=env,
+    done = subprocess.run([sys.executable, "-m", "idflow", "run", str(inbox), "--out", str(out)], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     blurred = read_table(out, RESULTS).to_pylist()[0]
@@ -94,7 +94,7 @@ def test_review_flow_refuses_a_wrong_check_digit_and_stores_the_right_correction
     assert blurred["name_state"] == "unreadable"  # below the threshold: goes to a person
 
     log = (tmp_path / "review.log").open("wb")
-    review = subprocess.Popen([sys.executable, "-m", "pipeline", "review", str(out), "--interactive", "--limit", "2"],
+    review = subprocess.Popen([sys.executable, "-m", "idflow", "review", str(out), "--interactive", "--limit", "2"],
                               env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     seen: set[str] = set()
     try:
@@ -160,7 +160,7 @@ def test_review_flow_refuses_a_wrong_check_digit_and_stores_the_right_correction
     entries, _ = open_entries(out)
     assert [e.source_path for e in entries] == ["truncated.png"]  # the skipped failure stays in the queue
 
-    shown = subprocess.run([sys.executable, "-m", "pipeline", "show", str(out)], env={**env, "COLUMNS": "200"},
+    shown = subprocess.run([sys.executable, "-m", "idflow", "show", str(out)], env={**env, "COLUMNS": "200"},
                            cwd=REPO, capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "corrected by a person (1 documents" in shown.stdout and "blurred_cn_front.jpg" in shown.stdout

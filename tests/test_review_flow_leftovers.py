@@ -90,7 +90,7 @@ def _paused(client, out: Path, seen: set[str], skip: tuple[Any, ...] = ()) -> An
 
 
 def _start_review(api: str, out: Path, log: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipeline", "review", str(out), "--interactive", *args],
+    return subprocess.Popen([sys.executable, "-m", "idflow", "review", str(out), "--interactive", *args],
                             env=_env(api), cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 

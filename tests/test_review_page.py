@@ -35,7 +35,7 @@ def reviewed_run(prefect_api: str, tmp_path_factory: pytest.TempPathFactory) -> 
     inbox = review_inputs(tmp / "in")
     out = tmp / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_API_URL": prefect_api}
-    done = subprocess.run([sys.executable, "-m", "pipeline", "run", str(inbox), "--out", str(out)], env=env,
+    done = subprocess.run([sys.executable, "-m", "idflow", "run", str(inbox), "--out", str(out)], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     yield inbox, out
@@ -81,7 +81,7 @@ def test_review_page_shows_every_failure_and_flagged_record_with_its_picture(
         browser_binaries: BrowserBinaries, reviewed_run: tuple[Path, Path]) -> None:
     _, out = reviewed_run
     env = {**os.environ, "PYTHONPATH": str(REPO), "IDFLOW_REVIEW_THRESHOLD": str(THRESHOLD)}
-    done = subprocess.run([sys.executable, "-m", "pipeline", "review", str(out)], env=env, cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "idflow", "review", str(out)], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # without --run: what every run in OUT left open (one run here), beside the run's own page

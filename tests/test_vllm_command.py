@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.cli_vllm import vllm_app
+from idflow.vllm import vllm_app
 from pipeline.config import PrepareSettings
 from pipeline.vllm import launcher
 from pipeline.vllm.command import filter_flags, known_flags, max_model_len, plan

@@ -223,7 +223,7 @@ def test_up_status_down_lifecycle_stops_only_our_processes(launch_pool: LaunchPo
         assert any("still running" in p for p in problems)
         assert any(f"port {servers[0].port} is taken by pid {servers[0].pid}" in p for p in problems)
 
-        from pipeline.cli_vllm import vllm_app
+        from idflow.vllm import vllm_app
 
         monkeypatch.setenv("IDFLOW_VLLM_STATE_DIR", str(state_dir))
         shown = CliRunner().invoke(vllm_app, ["status"])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.inbox import Completion, read_json
-from pipeline.watch import STATE_NAME, UploadWatcher, event_id, run
+from flows.watch import STATE_NAME, UploadWatcher, event_id, run
 
 
 class FakeEmit:

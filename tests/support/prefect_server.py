@@ -70,7 +70,7 @@ class Stack:
         return proc
 
     def idflow(self, name: str, *args: str) -> subprocess.Popen:
-        return self.start(name, sys.executable, "-m", "pipeline", *args)
+        return self.start(name, sys.executable, "-m", "idflow", *args)
 
     def stop(self, name: str) -> None:
         proc = self.procs.pop(name, None)

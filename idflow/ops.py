@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli_common import config_error, console, load_settings
+from idflow.common import config_error, console, load_settings
 from pipeline.inbox import DEFAULT_MARKER, Completion
 
 InboxOption = Annotated[Optional[Path], typer.Option("--inbox", envvar="IDFLOW_INBOX",
@@ -81,7 +81,7 @@ def watch(
 ) -> None:
     """Emit `idflow.upload.ready` once per complete upload folder under ROOT (marker or quiet period)."""
     from pipeline.masking import install_masking
-    from pipeline.watch import UploadWatcher, prefect_emitter, run
+    from flows.watch import UploadWatcher, prefect_emitter, run
 
     folder = _existing_dir(root, "upload root")
     _require_server()
@@ -110,7 +110,7 @@ def stop_server(force: Annotated[bool, typer.Option("--force", help="stop it eve
 
 
 def register(app: typer.Typer) -> None:
-    """Add `serve`, `watch` and `stop-server` to the `idflow` app (called from pipeline/cli.py)."""
+    """Add `serve`, `watch` and `stop-server` to the `idflow` app (called from idflow/cli.py)."""
     app.command()(serve)
     app.command()(watch)
     app.command("stop-server")(stop_server)

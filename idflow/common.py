@@ -1,7 +1,7 @@
 """What every `idflow` command module shares: the console and configuration errors (exit 2, values never echoed).
 
-Why a module of its own: `pipeline.cli` registers the command modules (`cli_ops`, `cli_vllm`, ...); if they imported
-these helpers from `pipeline.cli` the imports would run in a circle.
+Why a module of its own: `idflow.cli` registers the command modules (`ops`, `vllm`, `batch`, ...); they import
+these helpers from here, never from `idflow.cli`, so the imports run one way.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from pipeline.config import Settings
 from pipeline.masking import redact
+from pipeline.vllm.settings import VllmSettings
 
 console = Console()
 
@@ -59,6 +60,15 @@ def load_settings(**overrides: object) -> Settings:
         if settings.vllm.api_key is None:
             raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
     return settings
+
+
+def load_settings_pair() -> tuple[Settings, VllmSettings]:
+    """The pipeline's settings and the vLLM launcher's, as `idflow vllm` and `idflow batch` read them; a bad value
+    is a configuration error (exit 2)."""
+    try:
+        return Settings(), VllmSettings()
+    except ValidationError as exc:  # str(exc) would echo the values, the key among them
+        raise config_error(settings_problems(exc)) from None
 
 
 @contextmanager

@@ -27,13 +27,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline import progress
-from pipeline.cli_common import (config_error, console, load_settings, prefect_api, settings_problems,
+from idflow.common import (config_error, console, load_settings, prefect_api, settings_problems,
                                  stopped_by_signal)
-from pipeline.cli_ops import register as register_ops
-from pipeline.cli_retry import register as register_retry
-from pipeline.cli_review import print_corrections
-from pipeline.cli_review import register as register_review
-from pipeline.cli_vllm import register as register_vllm
+from idflow.ops import register as register_ops
+from idflow.retry import register as register_retry
+from idflow.review import print_corrections
+from idflow.review import register as register_review
+from idflow.batch import register as register_batch
+from idflow.vllm import register as register_vllm
 from pipeline.config import Settings
 from pipeline.inbox import is_text
 from pipeline.masking import mask_id, redact
@@ -335,5 +336,6 @@ def doctor(
 
 register_ops(app)
 register_vllm(app)
+register_batch(app)
 register_retry(app)
 register_review(app)

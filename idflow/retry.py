@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli_common import config_error, console, load_settings, prefect_api, stopped_by_signal
+from idflow.common import config_error, console, load_settings, prefect_api, stopped_by_signal
 
 
 def retry(
@@ -56,5 +56,5 @@ def retry(
 
 
 def register(app: typer.Typer) -> None:
-    """Add `retry` to the `idflow` app (called from pipeline/cli.py)."""
+    """Add `retry` to the `idflow` app (called from idflow/cli.py)."""
     app.command()(retry)

@@ -1,5 +1,5 @@
 """`idflow review`: the review page of a run (and, with --interactive, corrections in the Prefect UI), plus
-the corrections report that `idflow show` prints. Registered onto the `idflow` app by pipeline/cli.py."""
+the corrections report that `idflow show` prints. Registered onto the `idflow` app by idflow/cli.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.cli_common import config_error, console, stopped_by_signal
+from idflow.common import config_error, console, stopped_by_signal
 from pipeline.masking import mask_id, redact
 
 
@@ -36,7 +36,7 @@ def review(
 
     check_parts(out)  # a damaged OUT: one line (main prints it), not a failed review flow's traceback
     if interactive:
-        from pipeline.cli_ops import _require_server
+        from idflow.ops import _require_server
 
         _require_server()
         from flows.review import review as review_flow
@@ -82,5 +82,5 @@ def print_corrections(out: Path, limit: int = 20) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add `review` to the `idflow` app (called from pipeline/cli.py)."""
+    """Add `review` to the `idflow` app (called from idflow/cli.py)."""
     app.command()(review)

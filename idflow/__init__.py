@@ -1,0 +1,2 @@
+"""The `idflow` command line: the top layer. It imports `flows/` (Prefect) and `pipeline/` (the library); neither
+imports it back."""

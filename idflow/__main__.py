@@ -1,0 +1,5 @@
+"""`python -m idflow` is the same as the `idflow` command."""
+
+from idflow.cli import main
+
+main()
