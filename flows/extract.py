@@ -1,22 +1,23 @@
 """The `extract-folder` Prefect flow: a thin scheduler over the plain stages in `pipeline/`.
 
 The flow schedules and publishes; the documents go through `pipeline.engine.Engine` (in this process, or on Dask
-workers), and the flow only writes and counts their outcomes. Discovery is streamed into the engine's bounded
-queues, so memory stays flat however large the folder is. One backend instance serves the whole run, so its
+workers), and the run's bookkeeping is `pipeline.run.session.RunSession`. Discovery is streamed into the engine's
+bounded queues, so memory stays flat however large the folder is. One backend instance serves the whole run, so its
 in-flight cap and circuit breaker hold across the folder; each of the engine's extractors holds one slot of the
-cross-run request limit.
+cross-run request limit. In the Prefect UI a run shows one `process-batch` task run per batch of documents
+(`pipeline.run.batches`: batches are assigned over the one stream, so the engine never drains between them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import nullcontext
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
     acreate_link_artifact,
     acreate_markdown_artifact,
@@ -24,6 +25,7 @@ from prefect.artifacts import (
     acreate_table_artifact,
     aupdate_progress_artifact,
 )
+from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 from prefect.runtime import flow_run
 
@@ -37,12 +39,10 @@ from pipeline.crash_journal import CrashJournal
 from pipeline.engine import Engine, Item, Outcome
 from pipeline.ingest import Discovery, walk
 from pipeline.masking import install_masking, redact
-from pipeline.output_lock import hold_output
 from pipeline.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
-from pipeline.review.corrections import not_to_read_again
-from pipeline.store import FAILURES, RESULTS, RunWriter, read_table, write_run_summary
-from pipeline.tally import RunTally
-
+from pipeline.run.batches import Batch, BatchCounts, BatchRouter, drive_batches, record_batch
+from pipeline.run.session import Done, RunSession
+from pipeline.store import FAILURES, RESULTS, read_table
 
 def _run_id() -> str:
     """The flow run's id (a full UUID: run ids name Parquet parts, so they must never collide)."""
@@ -83,11 +83,12 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
                          shard: str | None = None, wait_for_lock: bool = True) -> dict[str, Any]:
     """Extract every document under `input_dir` into Parquet under `out_dir`; returns the run summary.
 
-    `dask` (`tcp://host:8786` or `local:N`) runs the batches on Dask workers (flows/dask_batches.py); `shard`
-    is a shard manifest from `extract-sharded` (flows/sharded.py): only the files it lists are processed.
-    The run holds OUT's lock (`pipeline.output_lock`) from before it reads what is done until its summary is
-    written; another run holding it is waited for (logged), or, with `wait_for_lock=False` (`idflow run`
-    without `--wait`), refused with `OutputBusy`. A shard runs under its parent's lock.
+    The documents stream through one engine (or Dask workers, `dask`: `tcp://host:8786` or `local:N`); each
+    batch of `batch_size` of them is a task run (`batch-00001`, ...) that stores its documents and reports its
+    counts. `shard` is a shard manifest from `extract-sharded` (flows/sharded.py): only the files it lists are
+    processed, under the parent's lock. The run holds OUT's lock (`pipeline.run.session`) from before it reads
+    what is done until its summary is written; another run holding it is waited for (logged), or, with
+    `wait_for_lock=False` (`idflow run` without `--wait`), refused with `OutputBusy`.
     """
     install_masking("prefect", "prefect.flow_runs", "prefect.task_runs")
     logger = get_run_logger()
@@ -98,49 +99,58 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
         overrides["batch_size"] = batch_size
     settings = await with_block_key(Settings(**overrides))
     root, out = Path(input_dir).resolve(), Path(out_dir)  # absolute: the retry and review find files from any cwd
-    run_id, fingerprint = _run_id(), settings.fingerprint()
-    writer = RunWriter(out, run_id, fingerprint, settings.flush_every)
-    tally = RunTally()
     files = _shard_files(shard)
     expected = len(files) if files is not None else sum(1 for _ in walk(root, out.resolve()))
     progress_bar = Progress(await acreate_progress_artifact(0.0, description="documents finished"), expected)
-    lock = nullcontext() if shard else hold_output(out, run_id=run_id, wait=wait_for_lock, on_wait=logger.warning)
 
-    async with lock:
-        done = frozenset() if force else not_to_read_again(out, fingerprint)
+    async with RunSession.open(out, run_id=_run_id(), settings=settings, lock=not shard, wait=wait_for_lock,
+                               on_wait=logger.warning, done=Done.NOTHING if force else Done.SAME_SETTINGS) as run:
+        if run.journal is not None and run.journal.suspects:
+            logger.warning("%d page(s) a run that died was preparing: each is prepared alone in a child process",
+                           len(run.journal.suspects))
 
         def discovered() -> Iterator[Item]:
-            for item in Discovery(root, done, only=files, settings=settings.prepare, skip_dir=out.resolve()).items():
-                tally.seen += 1
+            for item in Discovery(root, run.done, only=files, settings=settings.prepare,
+                                  skip_dir=out.resolve()).items():
+                run.see()
                 yield item
 
-        try:
-            with CrashJournal.open(out, run_id) as journal:
-                if journal.suspects:
-                    logger.warning("%d page(s) a run that died was preparing: each is prepared alone in a child "
-                                   "process", len(journal.suspects))
-                async for outcome, worker in _outcomes(discovered(), settings, dask=dask, overrides=overrides,
-                                                       fingerprint=fingerprint, journal=journal):
-                    writer.add(outcome, worker=worker)
-                    tally.add(outcome)
-                    await progress_bar.update(tally.finished, tally.seen)
-        finally:
-            writer.flush()
-        for failure in writer.demoted:
-            tally.demote(failure)
+        def record(outcome: Outcome, worker: str) -> None:
+            run.record(outcome, worker=worker)
+            progress_bar.report(run.finished, run.tally.seen)
 
-        summary = tally.summary(run_id=run_id, settings=settings)
-        summary["input_dir"], summary["out_dir"] = str(root), str(out)
-        write_run_summary(out, summary)
+        router = BatchRouter(settings.batch_size, asyncio.get_running_loop())
+        stream = _outcomes(router.assign(discovered()), settings, dask=dask, overrides=overrides,
+                           fingerprint=run.writer.fingerprint, journal=run.journal)
+        counts = await drive_batches(router, stream, lambda batch: _batch_task(batch, record, progress_bar),
+                                     record)
+        run.summary_extra.update(input_dir=str(root), out_dir=str(out))
+    summary = run.summary
+    assert summary is not None
     await progress_bar.finish()
-    await _publish(summary, input_dir=str(root), out_dir=str(out))
-    logger.info("run %s: seen=%d results=%d failures=%d skipped=%d accounted=%s", run_id, summary["seen"],
-                summary["results"], summary["failures"], summary["skipped"], summary["accounted"])
+    await _publish(summary, counts, input_dir=str(root), out_dir=str(out))
+    logger.info("run %s: seen=%d results=%d failures=%d skipped=%d accounted=%s", summary["run_id"],
+                summary["seen"], summary["results"], summary["failures"], summary["skipped"], summary["accounted"])
     return summary
 
 
+def _batch_task(batch: Batch, record: Callable[[Outcome, str], None], progress_bar: Progress
+                ) -> Coroutine[Any, Any, BatchCounts]:
+    return process_batch.with_options(task_run_name=batch.name)(batch, record, progress_bar)
+
+
+@task(name="process-batch", persist_result=False, cache_policy=NO_CACHE)
+async def process_batch(batch: Batch, record: Callable[[Outcome, str], None], progress_bar: Progress
+                        ) -> BatchCounts:
+    """One batch of the run's documents: prepared (orientation, skew, resize), extracted and validated by the
+    run's engine, stored here; its counts are logged and returned (no names or numbers)."""
+    counts = await record_batch(batch, record, tick=progress_bar.publish)
+    get_run_logger().info(counts.line())
+    return counts
+
+
 async def _outcomes(items: Iterator[Item], settings: Settings, *, dask: str | None, overrides: dict[str, Any],
-                    fingerprint: str, journal: CrashJournal) -> AsyncIterator[tuple[Outcome, str]]:
+                    fingerprint: str, journal: CrashJournal | None) -> AsyncIterator[tuple[Outcome, str]]:
     """Every item's outcome with the worker that made it: the engine in this process (preparing pages under
     `journal`), or Dask workers running the same engine on batches (imported only then: the default path never
     loads Dask; a worker's process is its own, so a page that kills one is Dask's to reschedule)."""
@@ -165,22 +175,32 @@ class Progress:
     def __init__(self, artifact_id: Any, expected: int, every_s: float = 2.0) -> None:
         self.artifact_id, self.expected, self.every_s = artifact_id, expected, every_s
         self._last = 0.0
+        self.finished = 0
 
-    async def update(self, finished: int, seen: int) -> None:
+    def report(self, finished: int, seen: int) -> None:
+        """A document finished: the CLI's bar now, the artifact at the next `publish`."""
+        self.finished = finished
         progress.report(finished, max(seen, self.expected))
+
+    async def publish(self) -> None:
+        """Move the artifact (at most every `every_s` seconds)."""
         now = time.monotonic()
         if now - self._last >= self.every_s:
             self._last = now
-            await aupdate_progress_artifact(self.artifact_id, min(99.0, 100.0 * finished / max(self.expected, 1)))
+            await aupdate_progress_artifact(self.artifact_id,
+                                            min(99.0, 100.0 * self.finished / max(self.expected, 1)))
 
     async def finish(self) -> None:
         await aupdate_progress_artifact(self.artifact_id, 100.0)
 
 
-async def _publish(summary: dict[str, Any], *, input_dir: str, out_dir: str) -> None:
-    """Artifacts for the Prefect UI: summary, masked tables of failures and a sample of results, link."""
+async def _publish(summary: dict[str, Any], batches: list[BatchCounts], *, input_dir: str, out_dir: str) -> None:
+    """Artifacts for the Prefect UI: summary, batches, masked tables of failures and a sample of results, link."""
     await acreate_markdown_artifact(summary_markdown(summary, input_dir=input_dir, out_dir=out_dir),
                                     key="idflow-run-summary", description="idflow run summary")
+    if batches:
+        await acreate_table_artifact([b.as_row() for b in batches[:ARTIFACT_ROWS]], key="idflow-batches",
+                                     description="batches of this run: counts and time (first 200)")
     for name, columns, key in ((FAILURES, FAILURE_COLUMNS, "idflow-failures"),
                                (RESULTS, SAMPLE_COLUMNS, "idflow-results")):
         needed = [*columns, "expiry_long_term"] if name == RESULTS else list(columns)  # long-term shown as such
@@ -188,7 +208,7 @@ async def _publish(summary: dict[str, Any], *, input_dir: str, out_dir: str) -> 
         rows = table.slice(0, ARTIFACT_ROWS).to_pylist() if table is not None else []
         if rows:
             await acreate_table_artifact(masked_rows(rows, columns, ARTIFACT_ROWS), key=key,
-                                         description=f"{name} of this run (ID numbers masked)")
+                                         description=f"{name} of this run (names and ID numbers masked)")
     await acreate_link_artifact(Path(out_dir).resolve().as_uri(), link_text="Parquet outputs",
                                 key="idflow-outputs")
     from flows.review import publish_review  # the review page (inside OUT) and its summary/link artifacts

@@ -35,11 +35,10 @@ from pipeline.config import Settings
 from pipeline.datamodel import Skipped
 from pipeline.ingest import Discovery
 from pipeline.masking import install_masking
-from pipeline.output_lock import hold_output
 from pipeline.report import summary_markdown
-from pipeline.review.corrections import not_to_read_again
+from pipeline.run.session import Done, RunSession
 from pipeline.tally import RunTally
-from pipeline.store import RUNS, write_run_summary
+from pipeline.store import RUNS
 
 SHARDS = "shards"
 DEFAULT_SHARD_SIZE = 2000  # files per shard: minutes of work on one machine, a few hundred shards a night
@@ -172,7 +171,6 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
     root, out = Path(input_dir).resolve(), Path(out_dir).resolve()  # children run in other processes
     run_id = str(get_run_context().flow_run.id)
     size = shard_size or shard_size_from_env()
-    tally = RunTally()
 
     async def launch(shard: Shard) -> dict[str, Any]:
         run = await run_deployment(deployment, timeout=None, poll_interval=poll_interval, parameters={
@@ -195,9 +193,9 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
         return outcome
 
     # OUT's lock, held for the children too: they run under it (flows/extract.py takes none for a shard).
-    async with hold_output(out, run_id=run_id, wait=True, on_wait=logger.warning):
-        plan = plan_shards(root, frozenset() if force else not_to_read_again(out, settings.fingerprint()), size, tally,
-                           skip_dir=out.resolve())
+    async with RunSession.open(out, run_id=run_id, settings=settings, done=Done.NOTHING if force else
+                               Done.SAME_SETTINGS, on_wait=logger.warning, journal=False) as run:
+        plan = plan_shards(root, run.done, size, run.tally, skip_dir=out.resolve())
         while True:  # plan as shards are taken: workers start on shard 1 while the walk is still hashing
             await slots.acquire()
             shard = await asyncio.to_thread(next, plan, None)
@@ -207,10 +205,10 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
             shard.manifest = write_shard(out, run_id, root, shard)
             running.append(asyncio.create_task(one(shard)))
         outcomes = await asyncio.gather(*running)
-
-        summary = merge_summaries(tally.summary(run_id=run_id, settings=settings), outcomes)
-        summary["input_dir"], summary["out_dir"] = str(root), str(out)
-        write_run_summary(out, summary)
+        run.summary_extra.update(input_dir=str(root), out_dir=str(out))
+        run.summarize = lambda own: merge_summaries(own, outcomes)
+    summary = run.summary
+    assert summary is not None
     await acreate_markdown_artifact(summary_markdown(summary, input_dir=str(root), out_dir=str(out)),
                                     key="idflow-sharded-summary", description="idflow sharded run summary")
     await acreate_table_artifact([{"shard": o.shard.index, "files": len(o.shard.files), "attempts": o.attempts,

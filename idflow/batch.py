@@ -10,7 +10,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -19,7 +19,6 @@ from pipeline.config import Settings
 from pipeline.datamodel import Failure, PreparedImage, Record, Skipped
 
 if TYPE_CHECKING:
-    from pipeline.batch_files import BatchManifest, ImportReport
     from pipeline.datamodel import Extraction
 
 batch_app = typer.Typer(no_args_is_help=True, help="OpenAI Batch JSONL files for `vllm run-batch` or a batch API.")
@@ -79,7 +78,7 @@ def import_(
 ) -> None:
     """Parse and validate every answer; write results and the failure queue as a run would. Pages OUT already
     has a result for are skipped (`already_done`). Exit 0 when every page of the export is accounted for."""
-    from pipeline.batch_files import find_manifest, import_responses, read_manifest
+    from pipeline.batch_files import find_manifest, import_responses, read_manifest, store_import
     from pipeline.masking import redact
     from pipeline.output_lock import OutputBusy
     from pipeline.store import OutputUnreadable
@@ -104,7 +103,8 @@ def import_(
     outcomes = [*(_validated(o, page) for o, page in zip(report.outcomes, recorded.pages.values(), strict=True)),
                 *recorded.failures]
     try:
-        summary = asyncio.run(_store_import(out, run_id, file, recorded, report, outcomes, settings, wait=wait))
+        summary = asyncio.run(store_import(out, run_id, file, recorded, report, outcomes, settings, wait=wait,
+                                           on_wait=_say))
     except (OutputBusy, OutputUnreadable) as exc:  # one run writes OUT at a time; OUT damaged from outside
         raise config_error(str(exc)) from None
     skipped, shown_out = summary["skipped"], redact(str(out))  # folder names may hold document numbers
@@ -131,76 +131,6 @@ def _validated(outcome: Extraction | Failure, prepared: PreparedImage) -> Record
         return finish(outcome, prepared)
     except Exception as exc:  # noqa: BLE001
         return internal_failure(prepared.ref, exc, outcome.backend)
-
-
-async def _store_import(out: Path, run_id: str, file: Path, recorded: BatchManifest, report: ImportReport,
-                        outcomes: list[Record | Failure], settings: Settings, *, wait: bool) -> dict[str, Any]:
-    """Write the imported outcomes under OUT's lock and return the run summary, written with a run's accounting
-    (`seen = results + failures + skipped`) and naming the exported folder so the retry can find failed
-    documents again.
-
-    What is already done is read under the lock, as a run does. A page counts as done, and is skipped as
-    `already_done` (neither its answer nor its failure stored), when OUT holds a result for it made by *any*
-    run, not only one with the import's fingerprint. Why: an import does not extract anything; it can only add
-    a second, competing row for a document that already has one, and the usual way there is the same model read
-    the page live (`--backend vllm` has another fingerprint than the export's, which says `openai`) or the same
-    output imported twice. Skipping is visible (the import says how many, and why) and undone by importing the
-    file into another folder; a second row is silent and undone only by editing Parquet parts. Pages that only
-    failed before are not done: their new outcome is stored, as a run tries failures again, unless a person has
-    decided on them (final)."""
-    from pipeline.datamodel import SkipReason
-    from pipeline.output_lock import hold_output
-    from pipeline.review.corrections import not_to_read_again
-    from pipeline.store import RunWriter, write_run_summary
-    from pipeline.tally import RunTally
-
-    writer = RunWriter(out, run_id, recorded.fingerprint, flush_every=settings.flush_every)
-    tally = RunTally()
-    async with hold_output(out, run_id=run_id, wait=wait, on_wait=_say):
-        # a result by any run (OutputUnreadable when a part is damaged); a person's decision is final
-        done = set(not_to_read_again(out, None))
-        try:
-            for outcome in outcomes:
-                tally.seen += 1
-                rel_path, sha256, page = _identity(outcome)
-                key = f"{sha256}:{page}"
-                if sha256 is not None and key in done:
-                    outcome = Skipped(rel_path, SkipReason.ALREADY_DONE, sha256, page)
-                elif isinstance(outcome, Record):
-                    done.add(key)
-                writer.add(outcome)
-                tally.add(outcome)
-        finally:
-            writer.flush()
-        for failure in writer.demoted:
-            tally.demote(failure)
-        # The summary as a run of the export's request would have it (model, prices), then what is the import's.
-        as_run = settings.model_copy(update={"backend": "openai", "openai": settings.openai.model_copy(
-            update={"model": recorded.model})})
-        summary = tally.summary(run_id=run_id, settings=as_run)
-        summary.update({"backend": "batch", "fingerprint": recorded.fingerprint,
-                        "source_dir": _export_root(recorded), "out_dir": str(out), "batch_output": str(file),
-                        "unattributed_lines": report.unattributed_lines, "duplicate_lines": report.duplicate_lines,
-                        "conflicting_answers": len(report.conflicting)})
-        write_run_summary(out, summary)
-    return summary
-
-
-def _identity(outcome: Record | Failure) -> tuple[str, str | None, int | None]:
-    """(relative path, sha256, page) of an outcome: its document key is `sha256:page` (none without a hash)."""
-    if isinstance(outcome, Record):
-        ref = outcome.extraction.ref
-        return ref.rel_path, ref.sha256, ref.page
-    return outcome.rel_path, outcome.sha256, outcome.page
-
-
-def _export_root(recorded: BatchManifest) -> str | None:
-    """The folder the export read (a page's path minus its relative path), for locating failed files later."""
-    for page in recorded.pages.values():
-        path, rel = str(page.ref.path), page.ref.rel_path
-        if path.endswith(rel):
-            return path[: len(path) - len(rel)].rstrip("/") or "/"
-    return None
 
 
 def register(app: typer.Typer) -> None:

@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -39,10 +39,12 @@ from pipeline.backends.answer_parsing import AnswerError, parse_answer
 from pipeline.backends.http_errors import classify, not_a_completion
 from pipeline.backends.openai_compat import (RAW_LIMIT, encode_jpeg, jpeg_data_url, response_format, usage_tokens,
                                              user_message)
-from pipeline.config import OpenAISettings
-from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Stage
+from pipeline.config import OpenAISettings, Settings
+from pipeline.datamodel import (DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped, SkipReason,
+                                Stage)
 from pipeline.masking import redact
 from pipeline.prompts import PROMPT_VERSION, load_prompt
+from pipeline.run.session import Done, RunSession
 
 log = logging.getLogger(__name__)
 
@@ -404,3 +406,59 @@ class _atomic:
             os.replace(self.tmp, self.path)
         else:
             self.tmp.unlink(missing_ok=True)
+
+
+async def store_import(out: Path, run_id: str, file: Path, recorded: BatchManifest, report: ImportReport,
+                       outcomes: list[Record | Failure], settings: Settings, *, wait: bool,
+                       on_wait: Callable[[str], object] | None = None) -> dict[str, Any]:
+    """Write the imported outcomes as a run (`RunSession`) and return its summary, written with a run's
+    accounting (`seen = results + failures + skipped`) and naming the exported folder so the retry can find
+    failed documents again.
+
+    A page counts as done, and is skipped as `already_done` (neither its answer nor its failure stored), when OUT
+    holds a result for it made by *any* run, not only one with the import's fingerprint. Why: an import does not
+    extract anything; it can only add a second, competing row for a document that already has one, and the usual
+    way there is the same model read the page live (`--backend vllm` has another fingerprint than the export's,
+    which says `openai`) or the same output imported twice. Skipping is visible (the import says how many, and
+    why) and undone by importing the file into another folder; a second row is silent and undone only by editing
+    Parquet parts. Pages that only failed before are not done: their new outcome is stored, as a run tries
+    failures again, unless a person has decided on them (final)."""
+    # The summary as a run of the export's request would have it (model, prices), then what is the import's.
+    as_run = settings.model_copy(update={"backend": "openai", "openai": settings.openai.model_copy(
+        update={"model": recorded.model})})
+    async with RunSession.open(out, run_id=run_id, settings=as_run, fingerprint=recorded.fingerprint,
+                               done=Done.ANY_RESULT, wait=wait, on_wait=on_wait, journal=False) as run:
+        done = set(run.done)
+        for outcome in outcomes:
+            run.see()
+            rel_path, sha256, page = _identity(outcome)
+            key = f"{sha256}:{page}"
+            if sha256 is not None and key in done:
+                outcome = Skipped(rel_path, SkipReason.ALREADY_DONE, sha256, page)
+            elif isinstance(outcome, Record):
+                done.add(key)
+            run.record(outcome)
+        run.summary_extra.update({"backend": "batch", "fingerprint": recorded.fingerprint,
+                                  "source_dir": _export_root(recorded), "out_dir": str(out),
+                                  "batch_output": str(file), "unattributed_lines": report.unattributed_lines,
+                                  "duplicate_lines": report.duplicate_lines,
+                                  "conflicting_answers": len(report.conflicting)})
+    assert run.summary is not None
+    return run.summary
+
+
+def _identity(outcome: Record | Failure) -> tuple[str, str | None, int | None]:
+    """(relative path, sha256, page) of an outcome: its document key is `sha256:page` (none without a hash)."""
+    if isinstance(outcome, Record):
+        ref = outcome.extraction.ref
+        return ref.rel_path, ref.sha256, ref.page
+    return outcome.rel_path, outcome.sha256, outcome.page
+
+
+def _export_root(recorded: BatchManifest) -> str | None:
+    """The folder the export read (a page's path minus its relative path), for locating failed files later."""
+    for page in recorded.pages.values():
+        path, rel = str(page.ref.path), page.ref.rel_path
+        if path.endswith(rel):
+            return path[: len(path) - len(rel)].rstrip("/") or "/"
+    return None

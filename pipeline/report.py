@@ -1,14 +1,14 @@
 """Human-readable run reports: the markdown summary and masked tables shown in Prefect and by `idflow show`.
 
 Kept free of Prefect so the same text is testable and printable from the CLI. Tables here are the only place
-rows leave Parquet, so ID numbers are masked and raw model answers are left out.
+rows leave Parquet, so names and ID numbers are masked and raw model answers are left out.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipeline.masking import mask_id, redact
+from pipeline.masking import mask_id, mask_name, redact
 
 SAMPLE_COLUMNS = ("source_path", "page", "doc_type", "name", "id_number", "expiry_date", "orientation",
                   "rotation_applied", "visual_tokens")
@@ -17,13 +17,16 @@ FAILURE_COLUMNS = ("source_path", "page", "stage", "reason", "retryable", "attem
 
 
 def masked_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], limit: int = 50) -> list[dict[str, Any]]:
-    """First `limit` rows restricted to `columns`, ID numbers masked (also inside paths and failure details),
-    values made JSON-friendly."""
+    """First `limit` rows restricted to `columns`, names and ID numbers masked (numbers also inside paths and
+    failure details), values made JSON-friendly. Full values live only in the Parquet results and the review page
+    inside OUT."""
     out = []
     for row in rows[:limit]:
         clean = {c: row.get(c) for c in columns}
         if "id_number" in clean:
             clean["id_number"] = mask_id(clean["id_number"])
+        if "name" in clean:
+            clean["name"] = mask_name(clean["name"])
         for column in ("source_path", "detail"):
             if isinstance(clean.get(column), str):
                 clean[column] = redact(clean[column])

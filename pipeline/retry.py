@@ -8,8 +8,8 @@ retry is given, whatever backend recorded them (hybrid, batch import, vLLM fallb
 document, not about the backend that happened to meet it.
 
 No Prefect imports: the `retry-failures` flow and `idflow retry` pass a `slot` hook for the global concurrency
-limit. The run holds OUT's lock (`pipeline.output_lock`) from before it reads the queue until its summary is
-written, like any run.
+limit. The run is a `RunSession` like any run: it holds OUT's lock from before it reads the queue until its summary
+is written.
 """
 
 from __future__ import annotations
@@ -24,13 +24,10 @@ from pipeline.backends.base import ExtractionBackend
 from pipeline.backends.factory import make_backend
 from pipeline.config import Settings
 from pipeline.containers import ContainerError, page_count
-from pipeline.crash_journal import CrashJournal
 from pipeline.datamodel import RETRYABLE_REASONS, DocumentRef, Reason, Record
 from pipeline.engine import Engine, RequestSlot
 from pipeline.failure_queue import OpenEntry, input_dirs, locate, open_entries, write_resolutions
-from pipeline.output_lock import hold_output
-from pipeline.store import RunWriter, write_run_summary
-from pipeline.tally import RunTally
+from pipeline.run.session import Done, RunSession
 
 INTERNAL_ERROR_ATTEMPTS = 2  # a bug gets one more try, then a person looks at it
 
@@ -95,16 +92,40 @@ async def retry_failures(out_dir: Path, settings: Settings, *, run_id: str, max_
     new results or failures to OUT like any run, and record what got resolved.
 
     `backend` is injectable for tests; `slot()` is held by each of the engine's extractors. OUT busy: wait
-    (`wait`, reported through `on_wait`) or raise `OutputBusy`.
+    (`wait`, reported through `on_wait`) or raise `OutputBusy`. A retry with nothing to retry writes no summary.
     """
-    async with hold_output(out_dir, run_id=run_id, wait=wait, on_wait=on_wait):
-        return await _retry_locked(out_dir, settings, run_id=run_id, max_attempts=max_attempts, backend=backend,
-                                   slot=slot)
-
-
-async def _retry_locked(out_dir: Path, settings: Settings, *, run_id: str, max_attempts: int,
-                        backend: ExtractionBackend | None, slot: RequestSlot | None) -> RetryReport:
     report = RetryReport(run_id=run_id, backend=settings.backend, max_attempts=max_attempts)
+    async with RunSession.open(out_dir, run_id=run_id, settings=settings, done=Done.NOTHING, wait=wait,
+                               on_wait=on_wait) as run:
+        refs = _plan(out_dir, run_id, max_attempts, report)
+        if not refs:
+            run.write_summary = False  # nothing ran: the latest run summary stays the last real run's
+            return report
+        run.see(len(refs))
+        resolved: list[tuple[str, int, str]] = []
+        engine = Engine(settings, backend or make_backend(settings), request_slot=slot, journal=run.journal)
+        try:
+            async with engine:
+                async for outcome in engine.run(refs):
+                    run.record(outcome)
+                    if isinstance(outcome, Record):
+                        resolved.append((outcome.extraction.ref.sha256, outcome.extraction.ref.page, run_id))
+                    else:
+                        report.still_failing[str(outcome.reason)] += 1
+        finally:
+            demoted = run.flush()  # results on disk before they are recorded as resolving anything
+            lost = {(f.sha256, f.page) for f in demoted}
+            resolved = [r for r in resolved if (r[0], r[1]) not in lost]
+            for failure in demoted:
+                report.still_failing[str(failure.reason)] += 1
+            report.resolved = len(resolved)
+            write_resolutions(out_dir, resolved, run_id=run_id, how="retried")
+        run.summary_extra.update(input_dir=None, out_dir=str(out_dir), retry=report.as_dict())
+    return report
+
+
+def _plan(out_dir: Path, run_id: str, max_attempts: int, report: RetryReport) -> list[DocumentRef]:
+    """The pages to extract again; every other open entry is counted in `report` (read under OUT's lock)."""
     entries, done_elsewhere = open_entries(out_dir)
     write_resolutions(out_dir, done_elsewhere, run_id=run_id, how="result_exists")
     report.resolved_elsewhere = len(done_elsewhere)
@@ -120,33 +141,4 @@ async def _retry_locked(out_dir: Path, settings: Settings, *, run_id: str, max_a
             report.missing += 1
         else:
             refs.append(ref)
-    if not refs:
-        return report
-
-    resolved: list[tuple[str, int, str]] = []
-    writer = RunWriter(out_dir, run_id, settings.fingerprint(), settings.flush_every)
-    tally = RunTally(seen=len(refs))
-    with CrashJournal.open(out_dir, run_id) as journal:
-        engine = Engine(settings, backend or make_backend(settings), request_slot=slot, journal=journal)
-        try:
-            async with engine:
-                async for outcome in engine.run(refs):
-                    writer.add(outcome)
-                    tally.add(outcome)
-                    if isinstance(outcome, Record):
-                        resolved.append((outcome.extraction.ref.sha256, outcome.extraction.ref.page, run_id))
-                    else:
-                        report.still_failing[str(outcome.reason)] += 1
-        finally:
-            writer.flush()  # results on disk before they are recorded as resolving anything
-            demoted = {(f.sha256, f.page) for f in writer.demoted}
-            resolved = [r for r in resolved if (r[0], r[1]) not in demoted]
-            for failure in writer.demoted:
-                report.still_failing[str(failure.reason)] += 1
-                tally.demote(failure)
-            report.resolved = len(resolved)
-            write_resolutions(out_dir, resolved, run_id=run_id, how="retried")
-    summary = tally.summary(run_id=run_id, settings=settings)
-    summary.update(input_dir=None, out_dir=str(out_dir), retry=report.as_dict())
-    write_run_summary(out_dir, summary)
-    return report
+    return refs

@@ -1,0 +1,122 @@
+"""One run on an output folder, from taking OUT's lock to writing the run summary.
+
+Every entry point that writes OUT (the extract flow and its shards and Dask mode, the failure-queue retry, a batch
+import, the sharded parent) runs inside `RunSession.open`, so the order that keeps the accounting true is written
+once: take OUT's lock before reading what is done (two runs never both extract a document), journal the pages
+being prepared (a page that kills the process is prepared alone next time), buffer rows into atomic Parquet parts,
+flush them even when the run stops on an error (what was extracted is kept), move the results the writer could not
+store to the failures before counting, and write `runs/<run_id>.json` only for a run that finished.
+
+No Prefect here: flows pass a logger-like `on_wait` and do their publishing after the session closes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Settings
+from pipeline.crash_journal import CrashJournal
+from pipeline.datamodel import Failure, Record, Skipped
+from pipeline.output_lock import hold_output
+from pipeline.review.corrections import not_to_read_again
+from pipeline.store import RunWriter, write_run_summary
+from pipeline.tally import RunTally
+
+Outcome = Record | Failure | Skipped
+
+
+class Done(Enum):
+    """Which earlier documents a run leaves alone (a person's decision is final in every case but NOTHING)."""
+
+    SAME_SETTINGS = "same_settings"  # a result made with this run's fingerprint (a run, a retry)
+    ANY_RESULT = "any_result"  # a result made by any run (a batch import adds no competing rows)
+    NOTHING = "nothing"  # `--force`: read everything again
+
+
+@dataclass
+class RunSession:
+    """The bookkeeping of one run: feed it with `see` (an item discovered) and `record` (its outcome).
+
+    `summary_extra` is merged into the run summary; `summarize`, when set, turns the tally's summary into the
+    stored one (the sharded parent adds its shards' counts). After the block, `summary` is what was written."""
+
+    out_dir: Path
+    run_id: str
+    settings: Settings
+    writer: RunWriter
+    tally: RunTally
+    done: frozenset[str] = frozenset()
+    journal: CrashJournal | None = None
+    summary_extra: dict[str, Any] = field(default_factory=dict)
+    summarize: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    summary: dict[str, Any] | None = None
+    write_summary: bool = True  # False: a run that turned out to have nothing to do leaves no summary
+    _demoted_counted: int = 0
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, out_dir: Path, *, run_id: str, settings: Settings, fingerprint: str | None = None,
+                   done: Done = Done.SAME_SETTINGS, lock: bool = True, wait: bool = True,
+                   on_wait: Callable[[str], object] | None = None,
+                   journal: bool = True) -> AsyncIterator[RunSession]:
+        """Hold OUT for the block and write the summary when it ends without an error.
+
+        `fingerprint` labels the rows (default: the settings'); `lock=False` for a shard, which runs under its
+        parent's lock; OUT busy: wait (`wait`, reported through `on_wait`) or raise `OutputBusy`; `journal=False`
+        for a run that prepares no page (a batch import, the sharded parent)."""
+        fingerprint = fingerprint or settings.fingerprint()
+        async with AsyncExitStack() as stack:
+            if lock:
+                await stack.enter_async_context(hold_output(out_dir, run_id=run_id, wait=wait, on_wait=on_wait))
+            session = cls(out_dir, run_id, settings, RunWriter(out_dir, run_id, fingerprint, settings.flush_every),
+                          RunTally(), done=_done_set(out_dir, done, fingerprint))
+            if journal:
+                session.journal = stack.enter_context(CrashJournal.open(out_dir, run_id))
+            try:
+                yield session
+            finally:
+                session.flush()
+            if session.write_summary:
+                session.summary = session._write_summary()
+
+    def see(self, count: int = 1) -> None:
+        """`count` items were handed to the run: each must come back through `record`."""
+        self.tally.seen += count
+
+    def record(self, outcome: Outcome, *, worker: str = "local") -> None:
+        """One item's outcome: buffered for Parquet (skips are only counted) and counted."""
+        self.writer.add(outcome, worker=worker)
+        self.tally.add(outcome)
+
+    def flush(self) -> list[Failure]:
+        """Write what is buffered; return every result the writer could not store and stored as a failure instead,
+        each moved from results to failures in the tally once (safe to call again)."""
+        self.writer.flush()
+        for failure in self.writer.demoted[self._demoted_counted:]:
+            self.tally.demote(failure)
+        self._demoted_counted = len(self.writer.demoted)
+        return list(self.writer.demoted)
+
+    @property
+    def finished(self) -> int:
+        return self.tally.finished
+
+    def _write_summary(self) -> dict[str, Any]:
+        summary = self.tally.summary(run_id=self.run_id, settings=self.settings)
+        summary.update(self.summary_extra)
+        if self.summarize is not None:
+            summary = self.summarize(summary)
+        write_run_summary(self.out_dir, summary)
+        return summary
+
+
+def _done_set(out_dir: Path, done: Done, fingerprint: str) -> frozenset[str]:
+    """Read under the lock: a run waiting for another sees what that one stored."""
+    if done is Done.NOTHING:
+        return frozenset()
+    return not_to_read_again(out_dir, fingerprint if done is Done.SAME_SETTINGS else None)
