@@ -129,7 +129,7 @@ def run_cli(folder: Path, server: ChatServer, concurrency: int, extra_env: dict[
            "IDFLOW_OPENAI_API_KEY": KEY, "IDFLOW_OPENAI_MODEL": MODEL, **extra_env}
     started = time.monotonic()
     with tempfile.TemporaryFile() as log:
-        child = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(folder), "--out", str(out),
+        child = subprocess.Popen([sys.executable, "-m", "idflow", "run", str(folder), "--out", str(out),
                                   "--backend", "openai", "--concurrency", str(concurrency)],
                                  env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         _, status, usage = os.wait4(child.pid, 0)
@@ -153,7 +153,7 @@ def empty_folder_runs(runs: int) -> list[float]:
         env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
         env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(Path(tmp) / "home"), IDFLOW_PREFECT_SERVER_IDLE_S="600")
         (Path(tmp) / "in").mkdir()
-        idflow = [sys.executable, "-m", "pipeline"]
+        idflow = [sys.executable, "-m", "idflow"]
         walls = []
         try:
             for number in range(runs):

@@ -138,6 +138,6 @@ def test_a_stream_that_ends_early_ends_its_batches() -> None:
 def test_counts_say_nothing_personal() -> None:
     counts = BatchCounts(3, documents=4, results=3, failures=1)
     counts.failures_by_reason["timeout"] = 1
-    assert counts.line().startswith("batch 3: 4 documents, 3 results, 1 failures (timeout 1), 0 skipped")
+    assert counts.line().startswith("batch 3: 4 documents: 3 results, 1 failed (timeout 1), 0 skipped;")
     assert set(counts.as_row()) == {"batch", "documents", "results", "failures", "skipped", "requests_retried",
                                     "seconds"}

@@ -77,9 +77,9 @@ class BatchCounts:
 
     def line(self) -> str:
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(self.failures_by_reason.items()))
-        return (f"batch {self.index}: {self.documents} documents, {self.results} results, {self.failures} failures"
-                f"{f' ({reasons})' if reasons else ''}, {self.skipped} skipped, {self.request_attempts} requests "
-                f"retried, {self.elapsed_s:.1f} s")
+        return (f"batch {self.index}: {self.documents} documents: {self.results} results, {self.failures} failed"
+                f"{f' ({reasons})' if reasons else ''}, {self.skipped} skipped; {self.request_attempts} requests "
+                f"retried; {self.elapsed_s:.1f} s")
 
     def as_row(self) -> dict[str, Any]:
         return {"batch": self.index, "documents": self.documents, "results": self.results,

@@ -24,7 +24,7 @@ def run_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 
 def idflow(*args: str, env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
-    """Start `idflow ARGS` (as `python -m pipeline`) with stdout and stderr in `log`."""
+    """Start `idflow ARGS` (as `python -m idflow`) with stdout and stderr in `log`."""
     with log.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", "idflow", *args], env=env, cwd=cwd, stdout=out,
                                 stderr=subprocess.STDOUT)
