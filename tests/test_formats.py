@@ -231,3 +231,16 @@ def test_no_doc_type_branches_outside_the_format_modules() -> None:
             offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}"
                           for m in re.finditer(r"(isinstance|getattr)\(zone\b", text)]
     assert offenders == []
+
+
+def test_a_format_cannot_read_a_doc_type_it_did_not_declare() -> None:
+    class Undeclared(LibraryCardFormat):
+        name = "undeclared"
+        doc_types = ("unknown",)  # but `read` says "library_card", which no schema or prompt offers
+
+    FORMATS.register(Undeclared(), before="printed")
+    try:
+        with pytest.raises(ValueError, match="not one of its doc types"):
+            read_document(page("CITY LIBRARY CARD", "LC1234561"), TODAY)
+    finally:
+        FORMATS.unregister("undeclared")

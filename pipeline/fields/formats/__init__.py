@@ -3,7 +3,11 @@
 Everything that depends on the kind of document asks `FORMATS`: `read_document`, validation (number
 checksums, "long-term" validity, fatal checks), calibration (evidence classes) and the OCR backend (MRZ
 re-read, early stop). The schema's `doc_type` enum and the prompts' list of types are kept equal to
-`FORMATS.doc_types()` by a test. A new format is one module here, its line below, and its tests.
+`FORMATS.doc_types()` by a test.
+
+A new format is one module here (a `DocumentFormat`: `FormatDefaults` or, with a machine-readable zone,
+`zone.ZoneFormat` give the defaults), its line below, and its tests. A new doc type must also be offered to
+the models: the schema's enum and a new prompt version (prompts are versioned, never edited in place).
 """
 
 from __future__ import annotations

@@ -171,4 +171,6 @@ class Registry:
 def _read_with(fmt: DocumentFormat[T], found: T, page: Page) -> DocumentReading:
     b = Builder()
     doc_type = fmt.read(found, page, b)
+    if doc_type not in fmt.doc_types:  # the schema and the prompts offer only the declared types
+        raise ValueError(f"format {fmt.name!r} read a {doc_type!r}, not one of its doc types {fmt.doc_types}")
     return b.finish(doc_type, fmt.name)

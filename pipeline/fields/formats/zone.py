@@ -119,30 +119,46 @@ def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | N
 
 def read_zone(fmt: ZoneFormat, zone: ZoneFields, page: Page, b: Builder) -> None:
     """Fields from the machine-readable zone, cross-checked against the printed zone (module docstring)."""
-    lines, printed, today = page.lines, page.printed, page.today
-    zone_boxes = zone_boxes_of(lines)
-    printed_boxes = [x for x in lines if x not in zone_boxes]
+    zone_boxes = zone_boxes_of(page.lines)
     seeds = [x for x in zone_boxes if filler_rich(x)]
-    base = mean(x.score for x in seeds) if seeds else mean(x.score for x in lines)
+    evidence = _Evidence(b, mean(x.score for x in seeds) if seeds else mean(x.score for x in page.lines),
+                         [x for x in page.lines if x not in zone_boxes])
     b.checks += zone.checks_passed
     b.failures += zone.checks_failed
+    _read_name(zone, page, evidence)
+    _read_number(fmt, zone, page, evidence)
+    _read_dates(fmt, zone, page, evidence)
 
-    def cross(check: str, agrees: bool, disagrees: bool) -> float:
+
+@dataclass(slots=True)
+class _Evidence:
+    """What the zone's fields are weighed with: `base`, the zone's recognition score (its filler-rich boxes,
+    else the page's); `printed_boxes`, every box outside the zone (the zone never confirms itself)."""
+
+    b: Builder
+    base: float
+    printed_boxes: list[OcrLine]
+
+    def cross(self, check: str, agrees: bool, disagrees: bool) -> float:
+        """Record a cross-check; the factor it puts on the field's confidence."""
         if agrees:
-            b.checks.append(check)
+            self.b.checks.append(check)
             return 1.0
         if disagrees:
-            b.failures.append(check)
+            self.b.failures.append(check)
             return CROSS_DISAGREES
         return 1.0
 
-    viz_name = printed_name(printed)
+
+def _read_name(zone: ZoneFields, page: Page, ev: _Evidence) -> None:
+    b, base = ev.b, ev.base
+    viz_name = printed_name(page.printed)
     if zone.name and not looks_like_name(zone.name):  # zone debris (digits): as if the name line was lost
         b.failures.append("name.shape")
     if zone.name_debris:
         b.failures.append(NAME_FILLERS_CHECK)
     if zone.name and looks_like_name(zone.name):
-        words = {w for x in printed_boxes for w in fold(x.text).split()}
+        words = {w for x in ev.printed_boxes for w in fold(x.text).split()}
         name = _as_printed(zone.name, words, zone.name_debris)
         fuller = _printed_extension(name, viz_name[0]) if viz_name is not None else None
         agrees = set(name.split()) <= words
@@ -150,7 +166,7 @@ def read_zone(fmt: ZoneFormat, zone: ZoneFields, page: Page, b: Builder) -> None
         if fuller is not None:  # the printed full name (patronymic, more given names) continues the zone's
             b.checks.append(NAME_EXTENDED_CHECK)
             b.present("name", fuller, min(base, viz_name[1]))
-        elif _printed_beyond(name, printed_boxes):  # its words are printed, but the print goes on: incomplete
+        elif _printed_beyond(name, ev.printed_boxes):  # its words are printed, but the print goes on: incomplete
             b.failures.append("cross.name_mrz_vs_viz")
             b.unreadable("name")
         elif not agrees and disagrees and \
@@ -158,7 +174,7 @@ def read_zone(fmt: ZoneFormat, zone: ZoneFields, page: Page, b: Builder) -> None
             b.failures.append("cross.name_mrz_vs_viz")
             b.unreadable("name")
         else:
-            factor = cross("cross.name_mrz_vs_viz", agrees, disagrees)
+            factor = ev.cross("cross.name_mrz_vs_viz", agrees, disagrees)
             b.present("name", name, base * factor * (1.0 if agrees else UNCHECKED_NAME))
     elif viz_name is not None and zone.surname_prefix:  # the zone holds the surname's first letters only
         if fold(viz_name[0]).replace(" ", "").startswith(zone.surname_prefix.replace(" ", "")):
@@ -170,38 +186,42 @@ def read_zone(fmt: ZoneFormat, zone: ZoneFields, page: Page, b: Builder) -> None
     elif viz_name is not None:  # name line lost or not decoded: the printed name is the only source
         b.present("name", " ".join(viz_name[0].split()), viz_name[1] * HEURISTIC)
 
-    viz_number = printed.values.get("number")
-    if zone.number:
-        flat = {re.sub(r"\s+", "", x.text.upper()) for x in printed_boxes}
-        agrees = any(zone.number in t for t in flat)
-        disagrees = not zone.prints_other_numbers and viz_number is not None and \
-            re.sub(r"\s+", "", viz_number[0].upper()) != zone.number
-        factor = cross("cross.number_mrz_vs_viz", agrees, disagrees)
-        if zone.number_repaired and not agrees:
-            b.failures.append(NUMBER_UNCONFIRMED_CHECK)
-        unlabelled = unlabelled_number(printed_boxes, printed)
-        prints_another = disagrees or (unlabelled is not None and unlabelled[0] != zone.number)
-        if prints_another and not agrees and (zone.number_repaired or "mrz.number" in zone.checks_failed):
-            # its own digit does not vouch for it (failed, or chose the repair) and the page prints another number
-            # (labelled, or the one number-shaped box on it)
-            b.unreadable("id_number")
-        else:
-            b.present("id_number", zone.number, base * factor * _check_factor(zone, "mrz.number"))
-    else:
-        fmt.number_elsewhere(zone, page, b)
 
-    born = zone.birth_date
-    if born is not None and any(born in parse_printed_dates(x.text, today=today) for x in printed_boxes):
-        b.checks.append("cross.birth_mrz_vs_viz")  # positive evidence only: a page prints several dates
-    if zone.expiry_date is not None:
-        factor = _check_factor(zone, fmt.expiry_check)
-        viz_expiry = printed.values.get("expiry")
-        if fmt.expiry_cross_checked and viz_expiry is not None:
-            agrees = zone.expiry_date in parse_printed_dates(viz_expiry[0], today=today)
-            factor *= cross("cross.expiry_mrz_vs_viz", agrees, not agrees)
-        b.present("expiry_date", zone.expiry_date.isoformat(), base * factor)
+def _read_number(fmt: ZoneFormat, zone: ZoneFields, page: Page, ev: _Evidence) -> None:
+    b, printed = ev.b, page.printed
+    if not zone.number:
+        return fmt.number_elsewhere(zone, page, b)
+    viz_number = printed.values.get("number")
+    flat = {re.sub(r"\s+", "", x.text.upper()) for x in ev.printed_boxes}
+    agrees = any(zone.number in t for t in flat)
+    disagrees = not zone.prints_other_numbers and viz_number is not None and \
+        re.sub(r"\s+", "", viz_number[0].upper()) != zone.number
+    factor = ev.cross("cross.number_mrz_vs_viz", agrees, disagrees)
+    if zone.number_repaired and not agrees:
+        b.failures.append(NUMBER_UNCONFIRMED_CHECK)
+    unlabelled = unlabelled_number(ev.printed_boxes, printed)
+    prints_another = disagrees or (unlabelled is not None and unlabelled[0] != zone.number)
+    if prints_another and not agrees and (zone.number_repaired or "mrz.number" in zone.checks_failed):
+        # its own digit does not vouch for it (failed, or chose the repair) and the page prints another number
+        # (labelled, or the one number-shaped box on it)
+        b.unreadable("id_number")
     else:
-        fmt.expiry_elsewhere(zone, page, b)
+        b.present("id_number", zone.number, ev.base * factor * _check_factor(zone, "mrz.number"))
+
+
+def _read_dates(fmt: ZoneFormat, zone: ZoneFields, page: Page, ev: _Evidence) -> None:
+    b, today = ev.b, page.today
+    born = zone.birth_date
+    if born is not None and any(born in parse_printed_dates(x.text, today=today) for x in ev.printed_boxes):
+        b.checks.append("cross.birth_mrz_vs_viz")  # positive evidence only: a page prints several dates
+    if zone.expiry_date is None:
+        return fmt.expiry_elsewhere(zone, page, b)
+    factor = _check_factor(zone, fmt.expiry_check)
+    viz_expiry = page.printed.values.get("expiry")
+    if fmt.expiry_cross_checked and viz_expiry is not None:
+        agrees = zone.expiry_date in parse_printed_dates(viz_expiry[0], today=today)
+        factor *= ev.cross("cross.expiry_mrz_vs_viz", agrees, not agrees)
+    b.present("expiry_date", zone.expiry_date.isoformat(), ev.base * factor)
 
 
 def _check_factor(zone: ZoneFields, check: str) -> float:
