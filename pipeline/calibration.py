@@ -24,32 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.datamodel import Extraction, FieldReading
-from pipeline.fields.document import NAME_EXTENDED_CHECK
-from pipeline.fields.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK
+from pipeline.fields.formats import FORMATS
 
 TABLE_NAME = "calibration_table.json"
 
 
 def evidence_class(field: str, doc_type: str | None, checks: list[str], failures: list[str]) -> str:
-    """The kind of evidence behind one present field, from the checks its reading passed or failed."""
-    def verdict(check: str) -> str:
-        return "passed" if check in checks else "failed" if check in failures else "none"
-
-    has_mrz = any(c.startswith("mrz.") for c in checks + failures)
-    if doc_type == "cn_id":
-        source = {"name": "cn." + verdict("cn_id.checksum"), "id_number": "cn." + verdict("cn_id.checksum"),
-                  "expiry_date": "cn.validity"}[field]
-    elif has_mrz:
-        name_source = "mrz.name_debris" if NAME_FILLERS_CHECK in failures else \
-            "mrz.name_printed_longer" if NAME_EXTENDED_CHECK in checks else \
-            "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz")
-        source = {"name": name_source,
-                  "id_number": "mrz.number_unconfirmed" if NUMBER_UNCONFIRMED_CHECK in failures else
-                  "mrz.number_" + verdict("mrz.number"),
-                  "expiry_date": "mrz.expiry_" + verdict("mrz.expiry")}[field]
-    else:
-        source = "printed"
-    return f"{field}/{source}"
+    """The kind of evidence behind one present field, from the checks its reading passed or failed: each
+    document format names the classes of its own evidence (`DocumentFormat.evidence_source`)."""
+    return f"{field}/{FORMATS.evidence_source(field, doc_type, checks, failures)}"
 
 
 @dataclass(frozen=True, slots=True)

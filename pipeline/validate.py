@@ -7,8 +7,6 @@ a record that fails names the check that failed instead of quietly carrying a wr
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable
 from datetime import date
 from functools import lru_cache
 from typing import Any
@@ -17,7 +15,7 @@ from jsonschema import Draft202012Validator
 
 from pipeline.config import SCHEMA_PATH
 from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, PreparedImage, Reason, Record
-from pipeline.fields import cn_id, cn_permanent_residence
+from pipeline.fields.formats import FORMATS, NumberCheck
 from pipeline.fields.names import looks_like_name
 
 
@@ -44,8 +42,9 @@ def semantic_problems(fields: dict[str, Any]) -> list[tuple[Reason, str]]:
     if all(fields.get(k) is None for k in FIELD_NAMES):
         problems.append((Reason.NO_FIELDS_FOUND, "no name, document number or expiry date on the page"))
     expiry = fields.get("expiry_date")
-    if expiry == "long-term" and fields.get("doc_type") != "cn_id":  # 长期: only a resident ID card is valid for life
-        problems.append((Reason.INVALID_DATE, f"date.expiry: 'long-term' is only a PRC resident ID card's validity, "
+    if expiry == "long-term" and not FORMATS.valid_for_life(fields.get("doc_type")):  # 长期: only where the format says
+        holders = " or ".join(dict.fromkeys(FORMATS.long_term().values()))
+        problems.append((Reason.INVALID_DATE, f"date.expiry: 'long-term' is only {holders}'s validity, "
                                               f"not a {fields.get('doc_type')}'s"))
     elif isinstance(expiry, str) and expiry != "long-term":
         try:
@@ -53,8 +52,8 @@ def semantic_problems(fields: dict[str, Any]) -> list[tuple[Reason, str]]:
         except ValueError:
             problems.append((Reason.INVALID_DATE, f"date.expiry: {expiry!r} is not a calendar date"))
     check = _number_check(fields)
-    if check is not None and not _NUMBER_CHECKS[check](fields["id_number"]):
-        problems.append((Reason.CHECKSUM_FAILED, f"{check}: {_NUMBER_CHECK_FAILED[check]}"))
+    if check is not None and not check.passes(fields["id_number"]):
+        problems.append((Reason.CHECKSUM_FAILED, f"{check.name}: {check.failure}"))
     name = fields.get("name")
     if isinstance(name, str) and not looks_like_name(name, abbreviations=True):  # MRZ debris, a number: never stored
         problems.append((Reason.SCHEMA_VIOLATION, "name.shape: a name holds only letters, spaces, hyphens, "
@@ -77,45 +76,22 @@ def passed_checks(fields: dict[str, Any]) -> list[str]:
         checks.append("date.expiry")
     check = _number_check(fields)
     if check is not None:
-        checks.append(check)
+        checks.append(check.name)
     return checks
 
 
-# An 18-character number of the resident-ID shape carries its own check character whatever document it is on.
-_RESIDENT_ID_SHAPE = re.compile(r"\d{17}[\dX]")
-_NUMBER_CHECKS: dict[str, Callable[[str], bool]] = {
-    "cn_id.checksum": cn_id.is_valid_number,
-    "cn_pr.checksum": cn_permanent_residence.is_valid_number,
-    "prc_number.checksum": lambda n: cn_id.is_valid_number(n) or cn_permanent_residence.is_valid_number(n),
-}
-_NUMBER_CHECK_FAILED = {
-    "cn_id.checksum": "MOD 11-2 check character or embedded birth date is wrong",
-    "cn_pr.checksum": "check character or embedded birth date is wrong",
-    "prc_number.checksum": "an 18-character PRC-style number whose MOD 11-2 check character or birth date is wrong",
-}
+def _number_check(fields: dict[str, Any]) -> NumberCheck | None:
+    """The checksum the document number must pass: the one of its document type's format, or, on any other
+    type, a format's check whose number shape it has (a model answer must not escape the PRC check by calling
+    a resident ID card a passport or "unknown")."""
+    number = fields.get("id_number")
+    return FORMATS.number_check(fields.get("doc_type"), number) if isinstance(number, str) else None
 
 
-def _number_check(fields: dict[str, Any]) -> str | None:
-    """The checksum the document number must pass: the one of its document type, or, on any other type, the
-    PRC one when the number has the resident-ID shape (a model answer must not escape the check by calling a
-    resident ID card a passport or "unknown")."""
-    number, doc_type = fields.get("id_number"), fields.get("doc_type")
-    if not isinstance(number, str):
-        return None
-    if doc_type == "cn_id":
-        return "cn_id.checksum"
-    if doc_type == "cn_permanent_residence":
-        return "cn_pr.checksum"
-    return "prc_number.checksum" if _RESIDENT_ID_SHAPE.fullmatch(number.upper()) else None
-
-
-# Backend checks whose failure means a stored field is wrong. Others (birth date digit, composite digit,
-# printed-vs-MRZ and printed sex/birth cross-checks) only lower confidence and stay in `check_failures`.
-FATAL_CHECKS: dict[str, Reason] = {
-    "mrz.number": Reason.CHECKSUM_FAILED,
-    "mrz.expiry": Reason.CHECKSUM_FAILED,
-    "cn_id.checksum": Reason.CHECKSUM_FAILED,
-}
+# Backend checks whose failure means a stored field is wrong, as the registered formats declare them (`validate`
+# asks the registry itself). Others (birth date digit, composite digit, printed-vs-MRZ and printed sex/birth
+# cross-checks) only lower confidence and stay in `check_failures`.
+FATAL_CHECKS: dict[str, Reason] = FORMATS.fatal_checks()
 
 
 def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failure:
@@ -134,9 +110,10 @@ def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failur
     if problems:
         reason, detail = problems[0]
         return fail(reason, "; ".join(d for _, d in problems))
-    fatal = [c for c in extraction.check_failures if c in FATAL_CHECKS]
+    fatal_checks = FORMATS.fatal_checks()
+    fatal = [c for c in extraction.check_failures if c in fatal_checks]
     if fatal:
-        return fail(FATAL_CHECKS[fatal[0]], "failed: " + ", ".join(fatal))
+        return fail(fatal_checks[fatal[0]], "failed: " + ", ".join(fatal))
     expiry = fields["expiry_date"]
     return Record(
         extraction=extraction,

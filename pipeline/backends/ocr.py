@@ -30,6 +30,7 @@ from pipeline import calibration
 from pipeline.backends import mrz_reread, page_read, rapidocr_stages
 from pipeline.datamodel import Extraction, Failure, PreparedImage
 from pipeline.fields.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, read_document
+from pipeline.fields.formats import FORMATS
 from pipeline.prepare import orient
 
 MODEL_NAME = f"rapidocr-{version('rapidocr')}-ppocr"
@@ -83,10 +84,10 @@ _MRZ_FIELDS = ("name", "id_number", "expiry_date")
 
 
 def needs_second_reading(reading: DocumentReading) -> bool:
-    """No MRZ decoded on a page that is not a PRC ID (whose sides have none), or an MRZ that left a field
-    unreadable, failed a check digit, has a number only its check digit's choice repaired, or gave a name
-    the printed zone does not confirm."""
-    if reading.doc_type == "cn_id":
+    """No MRZ decoded on a page whose format may carry one (not a PRC ID, whose sides have none), or an MRZ
+    that left a field unreadable, failed a check digit, has a number only its check digit's choice repaired,
+    or gave a name the printed zone does not confirm."""
+    if not FORMATS.get(reading.format).may_carry_mrz:
         return False
     decoded = any(c.startswith("mrz.") for c in reading.checks + reading.check_failures)
     if not decoded:

@@ -9,7 +9,7 @@ recognises the batches holding the band, decodes, and if the zone is fully check
 those with a box whose length fits a value to confirm first, until the three cross-checks pass. Anything short
 of that (no zone, a failed digit, a French or licence zone, a value not printed) reads every box.
 One exception to "cannot change": a printed full name that continues the zone's (a patronymic, see
-`fields.document._printed_extension`) replaces the zone's name only if its boxes were read before the page was
+`fields.formats.zone._printed_extension`) replaces the zone's name only if its boxes were read before the page was
 decided; otherwise the zone's name, which the printed zone confirms, is kept.
 Why it works on the recogniser's batches: a batch is padded to its longest crop and on poor print the padding
 changes what is read, so a box is only ever recognised among the same neighbours as in a full read (with
@@ -26,13 +26,13 @@ import numpy as np
 
 from pipeline.backends import rapidocr_stages
 from pipeline.fields.document import DocumentReading, OcrLine, read_document, zone_boxes_of
+from pipeline.fields.formats import FORMATS
 
 BAND_FRACTION = 0.4  # the MRZ lies in the lowest 40 % of the page's text (3 lines of a TD1 card's 10-12)
 BAND_MIN_ASPECT = 8.0  # MRZ lines are 30-44 characters long: boxes at least 8x as long as high
 CHAR_ASPECT = 0.7  # printed capitals and digits: width of a character over its box's height
 BIRTH_CHARS = 11  # a printed birth date: "05 AUG 1993", "05.08.1993"
 CONFIRMING = ("cross.name_mrz_vs_viz", "cross.number_mrz_vs_viz", "cross.birth_mrz_vs_viz")
-_ICAO_TYPES = ("passport", "id_card", "visa")
 _ZONE_FIELDS = ("name", "id_number", "expiry_date")
 
 
@@ -63,8 +63,10 @@ def read_lines(pixels: np.ndarray, today: date, *, stop_early: bool = True) -> t
 
 
 def zone_checked(reading: DocumentReading) -> bool:
-    """An ICAO zone (its own expiry check digit) with every field read and no check failed."""
-    return reading.doc_type in _ICAO_TYPES and "mrz.expiry" in reading.checks and not reading.check_failures \
+    """A zone whose format it settles (ICAO: its own expiry check digit) with every field read and no check
+    failed."""
+    return FORMATS.get(reading.format).settled_by_zone and "mrz.expiry" in reading.checks \
+        and not reading.check_failures \
         and all(reading.states[k].state == "present" for k in _ZONE_FIELDS)
 
 

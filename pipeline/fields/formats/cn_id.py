@@ -1,0 +1,93 @@
+"""PRC resident ID card (居民身份证): the portrait side (name, the 公民身份号码 with its MOD 11-2 check
+character) and the emblem side (validity, "long-term" for 长期), read from whichever the page shows.
+
+Its sides carry no MRZ, so no MRZ re-read is tried. An 18-character number of the resident-ID shape carries
+its check character whatever document it is claimed to be on (`STRAY_CHECK`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pipeline.datamodel import Reason
+from pipeline.fields import cn_id, cn_permanent_residence
+from pipeline.fields.formats.registry import FormatDefaults, NumberCheck
+from pipeline.fields.lines import line_score
+from pipeline.fields.page import CROSS_DISAGREES, Builder, DocumentType, Page
+
+CHECK = NumberCheck("cn_id.checksum", cn_id.is_valid_number, "MOD 11-2 check character or embedded birth date is wrong")
+STRAY_CHECK = NumberCheck(
+    "prc_number.checksum", lambda n: cn_id.is_valid_number(n) or cn_permanent_residence.is_valid_number(n),
+    "an 18-character PRC-style number whose MOD 11-2 check character or birth date is wrong",
+    shape=re.compile(r"\d{17}[\dX]"))
+
+_FRONT_MARKERS = ("姓名", "性别", "民族", "出生", "住址", "公民身份号码")
+_BACK_MARKERS = ("签发机关", "有效期限", "居民身份证", "中华人民共和国")
+
+
+@dataclass(frozen=True, slots=True)
+class Sides:
+    """What the page shows of the card: each side as parsed, and whether it is there."""
+
+    front: cn_id.CnFront
+    back: cn_id.CnBack
+    has_front: bool
+    has_back: bool
+
+
+class ResidentIdFormat(FormatDefaults):
+    name = "cn_id"
+    doc_types = ("cn_id",)
+    may_carry_mrz = False
+    number_checks = {"cn_id": CHECK}
+    stray_number_checks = (STRAY_CHECK,)
+    long_term = {"cn_id": "a PRC resident ID card"}
+    fatal_checks = {"cn_id.checksum": Reason.CHECKSUM_FAILED}
+
+    def find(self, page: Page) -> Sides | None:
+        """The sides on the page (front, back or both); None when it shows neither."""
+        texts = page.texts
+        flat = re.sub(r"\s+", "", "".join(texts))
+        front = cn_id.parse_front(texts, today=page.today)
+        back = cn_id.parse_back(texts)
+        has_back = back.found or any(m in flat for m in _BACK_MARKERS)
+        # Both sides photographed small: the portrait side's labels may be lost and its number fail the
+        # checksum, yet an 18-character number beside the emblem side shows it is there (its fields
+        # unreadable, not absent).
+        has_front = front.number is not None or any(m in flat for m in _FRONT_MARKERS) or \
+            (has_back and any(cn_id.shows_a_number(t) for t in texts))
+        return Sides(front, back, has_front, has_back) if has_front or has_back else None
+
+    def read(self, found: Sides, page: Page, b: Builder) -> DocumentType:
+        lines, front, back = page.lines, found.front, found.back
+        if found.has_front:
+            b.checks += front.checks
+            b.failures += front.check_failures
+            penalty = CROSS_DISAGREES if front.check_failures else 1.0
+            if front.name:
+                b.present("name", front.name, line_score(lines, front.name) * penalty)
+            if front.number:
+                b.present("id_number", front.number, line_score(lines, front.number) * penalty)
+        else:
+            b.absent("name")
+            b.absent("id_number")
+        if found.has_back:
+            if back.valid_until is not None:
+                b.checks.append("cn_id.validity_range")
+                until = back.valid_until if isinstance(back.valid_until, str) else back.valid_until.isoformat()
+                score = line_score(lines, until.replace("-", ".")) if until != "long-term" else line_score(lines, "长期")
+                b.present("expiry_date", until, score)
+        else:
+            b.absent("expiry_date")
+        return "cn_id"
+
+    def evidence_source(self, field: str, doc_type: str | None, checks: list[str],
+                        failures: list[str]) -> str | None:
+        if doc_type not in self.doc_types:
+            return None
+        verdict = "passed" if CHECK.name in checks else "failed" if CHECK.name in failures else "none"
+        return {"name": "cn." + verdict, "id_number": "cn." + verdict, "expiry_date": "cn.validity"}[field]
+
+
+FORMAT = ResidentIdFormat()

@@ -1,0 +1,294 @@
+"""Reading a machine-readable zone against the printed zone: the part every zone format shares.
+
+Order of trust: the zone (check digits) beats the printed visual zone, which only cross-checks it. The
+cross-checks pass when the zone value is printed elsewhere on the page (name words after transliteration;
+number verbatim). They fail only when a labelled printed value exists and differs: label association is
+approximate, so absence of evidence is not treated as disagreement. A name with no check digit whose
+printed reading is a different name is unreadable: neither reading is evidence for itself; so is a field
+whose two readings contradict each other with nothing to decide between them, or a name that does not
+look like a name.
+
+Each zone format (`ZoneFormat`) turns its decoder's result into `ZoneFields` and says how it differs: which
+check protects the expiry, whether a printed expiry cross-checks it, and how fields its zone does not carry
+are read from the print.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from statistics import mean
+from typing import Sequence
+
+from pipeline.datamodel import Reason
+from pipeline.fields.dates import parse_printed_dates
+from pipeline.fields.formats.registry import FormatDefaults
+from pipeline.fields.lines import OcrLine, filler_rich, fold, zone_boxes_of
+from pipeline.fields.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK
+from pipeline.fields.names import looks_like_name
+from pipeline.fields.page import CHECK_FAILED, CROSS_DISAGREES, HEURISTIC, UNCHECKED_NAME, Builder, DocumentType, Page
+from pipeline.fields.printed_zone import label_kind, printed_name, unlabelled_number
+
+# Below this similarity a printed name and a zone name are different names, not one name with a misprint
+# or OCR slip (ERIKKSON/ERIKSSON on the ICAO specimen): neither can be trusted over the other.
+_SAME_NAME_RATIO = 0.8
+# Passed (in `checks`) when the name is the printed one because it continues the zone's (`_printed_extension`).
+NAME_EXTENDED_CHECK = "cross.name_printed_extends_mrz"
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneFields:
+    """One decoded zone, whatever its format: values are None where the zone does not carry them.
+
+    `name_debris`: letters among the name's closing fillers (the name line was misread);
+    `number_repaired`: the number differs from the zone as read (see `mrz.NUMBER_UNCONFIRMED_CHECK`);
+    `surname_prefix`: the zone holds only the surname's first letters and no full name;
+    `prints_other_numbers`: the document prints several document numbers (a visa: the visa's and the
+    passport's), so a differing labelled number proves nothing against the zone's."""
+
+    doc_type: DocumentType
+    name: str | None
+    number: str | None
+    expiry_date: date | None
+    birth_date: date | None
+    checks_passed: list[str] = field(default_factory=list)
+    checks_failed: list[str] = field(default_factory=list)
+    name_debris: bool = False
+    number_repaired: bool = False
+    surname_prefix: str | None = None
+    prints_other_numbers: bool = False
+
+
+class ZoneFormat(FormatDefaults):
+    """Base of the formats with a machine-readable zone (`has_zone`): `find_zone` decodes the zone from the
+    page's rows; reading, scoring and calibration classes are shared. Hooks: `add_printed` (values the
+    layout prints without labels), `number_elsewhere` / `expiry_elsewhere` (when the zone gave none)."""
+
+    name: str
+    doc_types: tuple[DocumentType, ...]
+    has_zone = True
+    expiry_check = "mrz.composite"  # the check digit that protects the zone's expiry date
+    expiry_cross_checked = False  # the expiry has no check digit of its own: the printed expiry must agree
+    fatal_checks = {"mrz.number": Reason.CHECKSUM_FAILED}
+
+    def find_zone(self, rows: list[str], today: date) -> ZoneFields | None:
+        raise NotImplementedError
+
+    def find(self, page: Page) -> ZoneFields | None:
+        return self.find_zone(page.rows, page.today)
+
+    def zone_score(self, found: ZoneFields) -> float:
+        return len(found.checks_passed) - 0.5 * len(found.checks_failed)
+
+    def read(self, found: ZoneFields, page: Page, b: Builder) -> DocumentType:
+        self.add_printed(page)
+        read_zone(self, found, page, b)
+        return found.doc_type
+
+    def add_printed(self, page: Page) -> None:
+        return None
+
+    def number_elsewhere(self, zone: ZoneFields, page: Page, b: Builder) -> None:
+        return None
+
+    def expiry_elsewhere(self, zone: ZoneFields, page: Page, b: Builder) -> None:
+        return None
+
+    def evidence_source(self, field: str, doc_type: str | None, checks: list[str],
+                        failures: list[str]) -> str | None:
+        return zone_evidence(field, checks, failures)
+
+
+def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | None:
+    """The calibration class of a field read from a zone (any `mrz.*` check passed or failed), else None."""
+    def verdict(check: str) -> str:
+        return "passed" if check in checks else "failed" if check in failures else "none"
+
+    if not any(c.startswith("mrz.") for c in checks + failures):
+        return None
+    name_source = "mrz.name_debris" if NAME_FILLERS_CHECK in failures else \
+        "mrz.name_printed_longer" if NAME_EXTENDED_CHECK in checks else \
+        "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz")
+    return {"name": name_source,
+            "id_number": "mrz.number_unconfirmed" if NUMBER_UNCONFIRMED_CHECK in failures else
+            "mrz.number_" + verdict("mrz.number"),
+            "expiry_date": "mrz.expiry_" + verdict("mrz.expiry")}[field]
+
+
+def read_zone(fmt: ZoneFormat, zone: ZoneFields, page: Page, b: Builder) -> None:
+    """Fields from the machine-readable zone, cross-checked against the printed zone (module docstring)."""
+    zone_boxes = zone_boxes_of(page.lines)
+    seeds = [x for x in zone_boxes if filler_rich(x)]
+    evidence = _Evidence(b, mean(x.score for x in seeds) if seeds else mean(x.score for x in page.lines),
+                         [x for x in page.lines if x not in zone_boxes])
+    b.checks += zone.checks_passed
+    b.failures += zone.checks_failed
+    _read_name(zone, page, evidence)
+    _read_number(fmt, zone, page, evidence)
+    _read_dates(fmt, zone, page, evidence)
+
+
+@dataclass(slots=True)
+class _Evidence:
+    """What the zone's fields are weighed with: `base`, the zone's recognition score (its filler-rich boxes,
+    else the page's); `printed_boxes`, every box outside the zone (the zone never confirms itself)."""
+
+    b: Builder
+    base: float
+    printed_boxes: list[OcrLine]
+
+    def cross(self, check: str, agrees: bool, disagrees: bool) -> float:
+        """Record a cross-check; the factor it puts on the field's confidence."""
+        if agrees:
+            self.b.checks.append(check)
+            return 1.0
+        if disagrees:
+            self.b.failures.append(check)
+            return CROSS_DISAGREES
+        return 1.0
+
+
+def _read_name(zone: ZoneFields, page: Page, ev: _Evidence) -> None:
+    b, base = ev.b, ev.base
+    viz_name = printed_name(page.printed)
+    if zone.name and not looks_like_name(zone.name):  # zone debris (digits): as if the name line was lost
+        b.failures.append("name.shape")
+    if zone.name_debris:
+        b.failures.append(NAME_FILLERS_CHECK)
+    if zone.name and looks_like_name(zone.name):
+        words = {w for x in ev.printed_boxes for w in fold(x.text).split()}
+        name = _as_printed(zone.name, words, zone.name_debris)
+        fuller = _printed_extension(name, viz_name[0]) if viz_name is not None else None
+        agrees = set(name.split()) <= words
+        disagrees = viz_name is not None and fold(viz_name[0]) != fold(name)
+        if fuller is not None:  # the printed full name (patronymic, more given names) continues the zone's
+            b.checks.append(NAME_EXTENDED_CHECK)
+            b.present("name", fuller, min(base, viz_name[1]))
+        elif _printed_beyond(name, ev.printed_boxes):  # its words are printed, but the print goes on: incomplete
+            b.failures.append("cross.name_mrz_vs_viz")
+            b.unreadable("name")
+        elif not agrees and disagrees and \
+                difflib.SequenceMatcher(None, fold(viz_name[0]), fold(name)).ratio() < _SAME_NAME_RATIO:
+            b.failures.append("cross.name_mrz_vs_viz")
+            b.unreadable("name")
+        else:
+            factor = ev.cross("cross.name_mrz_vs_viz", agrees, disagrees)
+            b.present("name", name, base * factor * (1.0 if agrees else UNCHECKED_NAME))
+    elif viz_name is not None and zone.surname_prefix:  # the zone holds the surname's first letters only
+        if fold(viz_name[0]).replace(" ", "").startswith(zone.surname_prefix.replace(" ", "")):
+            b.checks.append("cross.name_mrz_vs_viz")
+            b.present("name", " ".join(viz_name[0].split()), viz_name[1] * UNCHECKED_NAME)
+        else:
+            b.failures.append("cross.name_mrz_vs_viz")
+            b.unreadable("name")
+    elif viz_name is not None:  # name line lost or not decoded: the printed name is the only source
+        b.present("name", " ".join(viz_name[0].split()), viz_name[1] * HEURISTIC)
+
+
+def _read_number(fmt: ZoneFormat, zone: ZoneFields, page: Page, ev: _Evidence) -> None:
+    b, printed = ev.b, page.printed
+    if not zone.number:
+        return fmt.number_elsewhere(zone, page, b)
+    viz_number = printed.values.get("number")
+    flat = {re.sub(r"\s+", "", x.text.upper()) for x in ev.printed_boxes}
+    agrees = any(zone.number in t for t in flat)
+    disagrees = not zone.prints_other_numbers and viz_number is not None and \
+        re.sub(r"\s+", "", viz_number[0].upper()) != zone.number
+    factor = ev.cross("cross.number_mrz_vs_viz", agrees, disagrees)
+    if zone.number_repaired and not agrees:
+        b.failures.append(NUMBER_UNCONFIRMED_CHECK)
+    unlabelled = unlabelled_number(ev.printed_boxes, printed)
+    prints_another = disagrees or (unlabelled is not None and unlabelled[0] != zone.number)
+    if prints_another and not agrees and (zone.number_repaired or "mrz.number" in zone.checks_failed):
+        # its own digit does not vouch for it (failed, or chose the repair) and the page prints another number
+        # (labelled, or the one number-shaped box on it)
+        b.unreadable("id_number")
+    else:
+        b.present("id_number", zone.number, ev.base * factor * _check_factor(zone, "mrz.number"))
+
+
+def _read_dates(fmt: ZoneFormat, zone: ZoneFields, page: Page, ev: _Evidence) -> None:
+    b, today = ev.b, page.today
+    born = zone.birth_date
+    if born is not None and any(born in parse_printed_dates(x.text, today=today) for x in ev.printed_boxes):
+        b.checks.append("cross.birth_mrz_vs_viz")  # positive evidence only: a page prints several dates
+    if zone.expiry_date is None:
+        return fmt.expiry_elsewhere(zone, page, b)
+    factor = _check_factor(zone, fmt.expiry_check)
+    viz_expiry = page.printed.values.get("expiry")
+    if fmt.expiry_cross_checked and viz_expiry is not None:
+        agrees = zone.expiry_date in parse_printed_dates(viz_expiry[0], today=today)
+        factor *= ev.cross("cross.expiry_mrz_vs_viz", agrees, not agrees)
+    b.present("expiry_date", zone.expiry_date.isoformat(), ev.base * factor)
+
+
+def _check_factor(zone: ZoneFields, check: str) -> float:
+    return CHECK_FAILED if check in zone.checks_failed else 1.0
+
+
+def _printed_extension(zone_name: str, printed_name: str) -> str | None:
+    """The printed name when it is the zone's name continued: the zone's words first, in order (a word may
+    have lost one letter in the zone, e.g. a stroke missing in print), then more words (a patronymic, given
+    names the zone had no room for). The printed zone carries the full name in the issuer's spelling; the
+    zone only a transliteration that may stop short. None when the printed name is anything else."""
+    zone_words, printed_words = fold(zone_name).split(), fold(printed_name).split()
+    if len(printed_words) <= len(zone_words) or not looks_like_name(printed_name):
+        return None
+    if all(z == p or _one_letter_lost(z, p) for z, p in zip(zone_words, printed_words)):
+        return " ".join(printed_name.split())
+    return None
+
+
+def _printed_beyond(zone_name: str, printed_boxes: Sequence[OcrLine]) -> bool:
+    """A printed box that begins with the zone name's last words and goes on with new name words ("MARIA MIA"
+    beside a zone read as MARTIN<<MARIA): the zone's name is incomplete (OCR lost part of its line), so its
+    words all being printed confirms nothing. A box that goes on to repeat a zone word is another form of the
+    whole name ("ANDRIS JANIS PARAUDZINS", Latvia's historical form, beside PARAUDZINS<<ANDRIS), not this."""
+    zone = fold(zone_name).split()
+    for box in printed_boxes:
+        # only a printed name: capitals and nothing else (not a signature, "Isolde Hustefre"; not an address or
+        # a code, "00000 SPECIMEN (SPE)")
+        if not looks_like_name(box.text) or box.text != box.text.upper():
+            continue
+        words = fold(box.text).split()
+        for k in range(1, len(zone) + 1):
+            rest = words[k:]
+            if words[:k] == zone[-k:] and rest and len(rest[0]) >= 2 and label_kind(rest[0]) is None \
+                    and not set(rest) & set(zone):
+                return True
+    return False
+
+
+def _one_letter_lost(short: str, long: str) -> bool:
+    return len(long) == len(short) + 1 >= 3 and any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
+def _as_printed(name: str, printed_words: set[str], misread: bool) -> str:
+    """Undo zone misreads that only the page can settle, word by word, where the page shows the words: a
+    lone '<' between two names read as K glues them ("ANNAKMARIA": split at that K when both halves are
+    printed); the filler after a name read as K lengthens it ("JOHNK": cut when "JOHN" is printed and
+    "JOHNK" is not; ERIK stays ERIK); a closing filler run read as A's swallows a final A ("MARIA<<<" read
+    "MARIAAAA" and stripped to "MARI": restored when "MARIA" is printed). On a name line known to be misread
+    (`misread`: letters among its closing fillers), trailing one- or two-letter words the page does not print
+    are filler debris ("LUCAS<A<<<<A" read from "LUCAS<<<<<<<") when every other word is printed."""
+    words = name.split()
+    if misread:
+        while len(words) > 1 and len(words[-1]) <= 2 and words[-1] not in printed_words and \
+                set(words[:-1]) <= printed_words:
+            words.pop()
+    out = []
+    for n, word in enumerate(words):
+        if word not in printed_words:
+            for i, c in enumerate(word):
+                if c == "K" and word[:i] in printed_words and word[i + 1:] in printed_words:
+                    word = f"{word[:i]} {word[i + 1:]}"
+                    break
+            else:
+                if word.endswith("K") and word[:-1] in printed_words:
+                    word = word[:-1]
+                elif n == len(words) - 1 and word + "A" in printed_words:
+                    word += "A"
+        out.append(word)
+    return " ".join(out)

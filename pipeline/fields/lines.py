@@ -1,0 +1,100 @@
+"""OCR text boxes of one page and their layout: rows, the machine-readable zone's boxes, folding names.
+
+Every document format reads the same boxes, so their geometry lives here, below the formats.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from statistics import mean
+from typing import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class OcrLine:
+    """One OCR text box: text, recognition score in [0, 1], 4 corner points in image coordinates."""
+
+    text: str
+    score: float
+    box: tuple[tuple[float, float], ...]
+
+    @property
+    def left(self) -> float:
+        return min(p[0] for p in self.box)
+
+    @property
+    def right(self) -> float:
+        return max(p[0] for p in self.box)
+
+    @property
+    def top(self) -> float:
+        return min(p[1] for p in self.box)
+
+    @property
+    def bottom(self) -> float:
+        return max(p[1] for p in self.box)
+
+    @property
+    def height(self) -> float:
+        return max(self.bottom - self.top, 1.0)
+
+    @property
+    def middle(self) -> float:
+        return (self.top + self.bottom) / 2
+
+
+def text_rows(lines: Sequence[OcrLine]) -> list[list[OcrLine]]:
+    """Group boxes into text rows, top to bottom, each left to right.
+
+    OCR splits one printed line into several boxes (MRZ filler runs, wide gaps): a box joins a row when
+    their vertical bands overlap by half a line and it starts within 1.5 line heights of the row's right
+    end. Columns of a card and the two sides of a scan stay separate: their gap is wider than that.
+    """
+    rows: list[list[OcrLine]] = []
+    for line in sorted(lines, key=lambda x: x.left):
+        for row in rows:
+            last = row[-1]
+            same_band = abs(line.middle - last.middle) < 0.5 * min(last.height, line.height)
+            if same_band and line.left - last.right < 1.5 * max(last.height, line.height):
+                row.append(line)
+                break
+        else:
+            rows.append([line])
+    return sorted(rows, key=lambda r: min(x.top for x in r))
+
+
+def fold(text: str) -> str:
+    """Upper case, accents removed, non-letters as single spaces: for comparing names across zones."""
+    decomposed = unicodedata.normalize("NFKD", text.upper())
+    letters = "".join(c if c.isalpha() else " " for c in decomposed if not unicodedata.combining(c))
+    return " ".join(letters.split())
+
+
+def line_score(lines: Sequence[OcrLine], needle: str) -> float:
+    """OCR score of the box holding `needle` (mean score if none does, e.g. when joined across boxes)."""
+    flat = re.sub(r"\s+", "", needle)
+    for x in lines:
+        if flat and flat in re.sub(r"\s+", "", x.text):
+            return x.score
+    return mean(x.score for x in lines)
+
+
+def filler_rich(line: OcrLine) -> bool:
+    """A box of zone text: a long one with fillers, or a run of fillers OCR split off a line."""
+    fillers = line.text.count("<")
+    return fillers >= 2 and (len(line.text) >= 15 or 2 * fillers >= len(line.text))
+
+
+def zone_boxes_of(lines: Sequence[OcrLine]) -> list[OcrLine]:
+    """The boxes of the machine-readable zone: the filler-rich ones and every box within their band (a
+    fragment of a zone line whose fillers were split off or misread). Only the other boxes are the printed
+    zone, so the zone's own name line can never confirm itself."""
+    seeds = [x for x in lines if filler_rich(x)]
+    if not seeds:
+        return []
+    margin = max(x.height for x in seeds)
+    top, bottom = min(x.top for x in seeds), max(x.bottom for x in seeds)
+    left, right = min(x.left for x in seeds) - margin, max(x.right for x in seeds) + margin
+    return [x for x in lines if top <= x.middle <= bottom and left <= x.left and x.right <= right]

@@ -1,0 +1,114 @@
+"""The printed (visual) zone: values found under their labels, or by shape where no label was read.
+
+Label association is approximate (OCR mangles small label print), so these values are evidence to
+cross-check a machine-readable zone with, or, on a page without one, a low-confidence reading.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Sequence
+
+from pipeline.fields.dates import parse_printed_dates
+from pipeline.fields.lines import OcrLine, fold
+
+_LABELS: dict[str, tuple[str, ...]] = {
+    "surname": ("surname", "primary identifier", "apellidos", "nom", "mbiemri", "soyadi", "nazwisko"),
+    "given": ("given names", "given name", "secondary identifier", "prenoms", "nombres", "emri", "vorname",
+              "given name patronymic", "given names patronymic"),
+    "name": ("name", "nombre", "name surname given names"),
+    "number": ("passport no", "document no", "passport number", "card no", "no of document", "numero"),
+    "expiry": ("date of expiry", "expiry", "valid until", "expiration date", "date d expiration",
+               "fecha de caducidad", "gultig bis", "date of expiration"),
+    "personal": ("personal no", "personal number", "nr personal", "personal id no"),
+}
+
+
+def label_kind(text: str) -> str | None:
+    """Which field a label box names, matching each '/'-separated language variant fuzzily (OCR mangles
+    small label print). Each "m" read is also tried as "rn": small print's "rn" is read as "m" so often
+    ('Sumame', 'Sumtame' for 'Surname') that a plain ratio would lose the label. Only that way round: comparing
+    "rn" as "m" on both sides shortens the labels, and short debris ('Suae') would then pass for one."""
+    best, best_ratio = None, 0.0
+    for part in re.split(r"[/|]", text):
+        folded = fold(part).lower()
+        if not folded:
+            continue
+        for kind, words in _LABELS.items():
+            for word, read in itertools.product(words, _rn_readings(folded)):
+                ratio = difflib.SequenceMatcher(None, read, word).ratio()
+                if ratio > best_ratio:
+                    best, best_ratio = kind, ratio
+    return best if best_ratio >= 0.8 else None
+
+
+def _rn_readings(text: str) -> set[str]:
+    """`text`, and `text` with each one of its first three "m"s, or all of them, read as "rn"."""
+    spots = [i for i, c in enumerate(text) if c == "m"][:3]
+    return {text, text.replace("m", "rn")} | {text[:i] + "rn" + text[i + 1:] for i in spots}
+
+
+def _value_below(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
+    """The nearest box under a label that starts in the label's column (printed zones put values there); never
+    zone text (a printed value has no `<`): on a page whose last label sits just above the MRZ, the zone's first
+    line is not that label's value."""
+    below = [x for x in lines if x is not label and x.top > label.middle and x.top - label.bottom < 2.5 * label.height
+             and abs(x.left - label.left) < 3 * label.height and "<" not in x.text and label_kind(x.text) is None]
+    return min(below, key=lambda x: x.top) if below else None
+
+
+@dataclass(slots=True)
+class Printed:
+    """Visual-zone values with the OCR score of the box they came from, by kind (`surname`, `given`, `name`,
+    `number`, `expiry`). A format may add values its own layout prints without labels (`setdefault`)."""
+
+    values: dict[str, tuple[str, float]] = field(default_factory=dict)
+    personal: set[str] = field(default_factory=set)  # values of personal-number labels (not doc numbers)
+
+
+def read_printed(lines: Sequence[OcrLine]) -> Printed:
+    printed = Printed()
+    for line in lines:
+        kind = label_kind(line.text)
+        if kind is None or kind in printed.values:
+            continue
+        value = _value_below(line, lines)
+        if value is None:
+            continue
+        if kind == "personal":
+            printed.personal.add(re.sub(r"\s+", "", value.text.upper()))
+        else:
+            printed.values[kind] = (value.text.strip(), value.score)
+    return printed
+
+
+def printed_name(printed: Printed) -> tuple[str, float] | None:
+    if "surname" in printed.values and "given" in printed.values:
+        (s, s_score), (g, g_score) = printed.values["surname"], printed.values["given"]
+        return f"{s} {g}", min(s_score, g_score)
+    return printed.values.get("name")
+
+
+_NUMBER_SHAPE = re.compile(r"[A-Z]{0,2}\d{6,10}[A-Z]?")
+
+
+def unlabelled_number(lines: Sequence[OcrLine], printed: Printed) -> tuple[str, float] | None:
+    """The single box shaped like a document number (letters + 6-10 digits), excluding personal numbers;
+    None when there is not exactly one."""
+    hits = {(t, x.score) for x in lines if _NUMBER_SHAPE.fullmatch(t := re.sub(r"\s+", "", x.text.upper()))
+            and t not in printed.personal}
+    return hits.pop() if len(hits) == 1 else None
+
+
+def latest_date(lines: Sequence[OcrLine], today: date) -> tuple[str, float] | None:
+    """With birth, issue and expiry dates printed (>= 3 distinct four-digit-year dates), the latest one is
+    the expiry: used only when no expiry label was read."""
+    dated = {d: x.score for x in lines if re.search(r"\d{4}", x.text) for d in parse_printed_dates(x.text, today=today)}
+    if len(dated) < 3:
+        return None
+    latest = max(dated)
+    return latest.isoformat(), dated[latest]
