@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from typing import Any
 
 from pipeline.datamodel import Reason
@@ -29,15 +30,35 @@ class AnswerError(ValueError):
 
 
 def parse_answer(text: str | None) -> dict[str, Any]:
-    """The one JSON object in `text`: bare, inside a code fence, or with prose around it. Two different objects
-    ("for example {...}; the document: {...}") are not guessed between: which one is the answer is unknown."""
+    """The one JSON object in `text`: bare, inside a code fence, or with prose around it, its values written as
+    a person would read them (`normalised`). Two different objects ("for example {...}; the document: {...}")
+    are not guessed between: which one is the answer is unknown."""
     body = _answer_part(text or "")
     fences = [m.group(1).strip() for m in _FENCE.finditer(body)]
     if fences:
-        return _one([_as_object(f) for f in fences])
+        return normalised(_one([_as_object(f) for f in fences]))
     if body.startswith("["):
         return _as_object(body)  # a bare array is an answer of the wrong shape, not prose
-    return _one(_top_level_objects(body))
+    return normalised(_one(_top_level_objects(body)))
+
+
+_NUMBER_SEPARATORS = re.compile(r"[\s\-\u2010-\u2015\u2212]+")  # spaces and every kind of hyphen
+
+
+def normalised(fields: dict[str, Any]) -> dict[str, Any]:
+    """The answer's values as a person copying them from the page would write them, before any check: full-width
+    characters as ASCII (NFKC), surrounding and repeated spaces dropped, and in the document number also the
+    spaces and hyphens a transcription puts between groups, and lower-case letters raised (`...002x` is the
+    PRC check character X). Nothing is guessed: a value that is still wrong after this fails its checks."""
+    out = dict(fields)
+    for key, value in fields.items():
+        if not isinstance(value, str):
+            continue
+        text = " ".join(unicodedata.normalize("NFKC", value).split())
+        if key == "id_number":
+            text = _NUMBER_SEPARATORS.sub("", text).upper()
+        out[key] = text
+    return out
 
 
 def _answer_part(text: str) -> str:
