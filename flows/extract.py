@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import (
     acreate_link_artifact,
     acreate_markdown_artifact,
@@ -25,10 +25,10 @@ from prefect.artifacts import (
     acreate_table_artifact,
     aupdate_progress_artifact,
 )
-from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 from prefect.runtime import flow_run
 
+from flows.batch_tasks import batch_task
 from flows.limits import request_slots
 from flows.run_lease import leased
 from flows.secrets import with_block_key
@@ -40,7 +40,7 @@ from pipeline.engine import Engine, Item, Outcome
 from pipeline.ingest import Discovery, walk
 from pipeline.masking import install_masking, redact
 from pipeline.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
-from pipeline.run.batches import Batch, BatchCounts, BatchRouter, drive_batches, record_batch
+from pipeline.run.batches import BatchCounts, BatchRouter, drive_batches
 from pipeline.run.session import Done, RunSession
 from pipeline.store import FAILURES, RESULTS, read_table
 
@@ -122,7 +122,7 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
         router = BatchRouter(settings.batch_size, asyncio.get_running_loop())
         stream = _outcomes(router.assign(discovered()), settings, dask=dask, overrides=overrides,
                            fingerprint=run.writer.fingerprint, journal=run.journal)
-        counts = await drive_batches(router, stream, lambda batch: _batch_task(batch, record, progress_bar),
+        counts = await drive_batches(router, stream, lambda batch: batch_task(batch, record, progress_bar.publish),
                                      record)
         run.summary_extra.update(input_dir=str(root), out_dir=str(out))
     summary = run.summary
@@ -132,21 +132,6 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     logger.info("run %s: seen=%d results=%d failures=%d skipped=%d accounted=%s", summary["run_id"],
                 summary["seen"], summary["results"], summary["failures"], summary["skipped"], summary["accounted"])
     return summary
-
-
-def _batch_task(batch: Batch, record: Callable[[Outcome, str], None], progress_bar: Progress
-                ) -> Coroutine[Any, Any, BatchCounts]:
-    return process_batch.with_options(task_run_name=batch.name)(batch, record, progress_bar)
-
-
-@task(name="process-batch", persist_result=False, cache_policy=NO_CACHE)
-async def process_batch(batch: Batch, record: Callable[[Outcome, str], None], progress_bar: Progress
-                        ) -> BatchCounts:
-    """One batch of the run's documents: prepared (orientation, skew, resize), extracted and validated by the
-    run's engine, stored here; its counts are logged and returned (no names or numbers)."""
-    counts = await record_batch(batch, record, tick=progress_bar.publish)
-    get_run_logger().info(counts.line())
-    return counts
 
 
 async def _outcomes(items: Iterator[Item], settings: Settings, *, dask: str | None, overrides: dict[str, Any],

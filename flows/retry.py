@@ -8,6 +8,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 
+from flows.batch_tasks import batch_task
 from flows.extract import _run_id
 from flows.limits import request_slots
 from flows.run_lease import leased
@@ -30,7 +31,7 @@ async def retry_failures(out_dir: str, backend: str | None = None, max_attempts:
     settings = await with_block_key(Settings(**({"backend": backend} if backend else {})))
     report = await retry_open_failures(Path(out_dir), settings, run_id=_run_id(), max_attempts=max_attempts,
                                        slot=lambda: request_slots(settings.backend, 1), wait=wait_for_lock,
-                                       on_wait=logger.warning)
+                                       on_wait=logger.warning, run_batch=batch_task)
     await acreate_markdown_artifact(report.markdown(), key="idflow-retry-summary",
                                     description="idflow retry of the failure queue")
     logger.info("retry %s: %s", report.run_id, report.as_dict())

@@ -14,8 +14,9 @@ is written.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,11 @@ from pipeline.containers import ContainerError, page_count
 from pipeline.datamodel import RETRYABLE_REASONS, DocumentRef, Reason, Record
 from pipeline.engine import Engine, RequestSlot
 from pipeline.failure_queue import OpenEntry, input_dirs, locate, open_entries, write_resolutions
+from pipeline.run.batches import (Batch, BatchCounts, BatchRouter, Outcome, drive_batches, local_outcomes,
+                                   record_batch)
 from pipeline.run.session import Done, RunSession
 
+BatchRunner = Callable[[Batch, Callable[[Outcome, str], object]], Awaitable[BatchCounts]]
 INTERNAL_ERROR_ATTEMPTS = 2  # a bug gets one more try, then a person looks at it
 
 
@@ -87,12 +91,14 @@ def _ref(entry: OpenEntry, dirs: dict[str, Path]) -> DocumentRef | None:
 
 async def retry_failures(out_dir: Path, settings: Settings, *, run_id: str, max_attempts: int = 3,
                          backend: ExtractionBackend | None = None, slot: RequestSlot | None = None,
-                         wait: bool = True, on_wait: Callable[[str], object] | None = None) -> RetryReport:
+                         wait: bool = True, on_wait: Callable[[str], object] | None = None,
+                         run_batch: BatchRunner = record_batch) -> RetryReport:
     """Run every open entry with attempts left through the engine once more with `settings.backend`; write the
     new results or failures to OUT like any run, and record what got resolved.
 
-    `backend` is injectable for tests; `slot()` is held by each of the engine's extractors. OUT busy: wait
-    (`wait`, reported through `on_wait`) or raise `OutputBusy`. A retry with nothing to retry writes no summary.
+    `backend` is injectable for tests; `slot()` is held by each of the engine's extractors; `run_batch` stores
+    each batch of documents (the flow's makes each a task run). OUT busy: wait (`wait`, reported through
+    `on_wait`) or raise `OutputBusy`. A retry with nothing to retry writes no summary.
     """
     report = RetryReport(run_id=run_id, backend=settings.backend, max_attempts=max_attempts)
     async with RunSession.open(out_dir, run_id=run_id, settings=settings, done=Done.NOTHING, wait=wait,
@@ -103,15 +109,20 @@ async def retry_failures(out_dir: Path, settings: Settings, *, run_id: str, max_
             return report
         run.see(len(refs))
         resolved: list[tuple[str, int, str]] = []
+
+        def record(outcome: Outcome, worker: str) -> None:
+            run.record(outcome, worker=worker)
+            if isinstance(outcome, Record):
+                resolved.append((outcome.extraction.ref.sha256, outcome.extraction.ref.page, run_id))
+            else:
+                report.still_failing[str(outcome.reason)] += 1
+
         engine = Engine(settings, backend or make_backend(settings), request_slot=slot, journal=run.journal)
+        router = BatchRouter(settings.batch_size, asyncio.get_running_loop())
         try:
             async with engine:
-                async for outcome in engine.run(refs):
-                    run.record(outcome)
-                    if isinstance(outcome, Record):
-                        resolved.append((outcome.extraction.ref.sha256, outcome.extraction.ref.page, run_id))
-                    else:
-                        report.still_failing[str(outcome.reason)] += 1
+                await drive_batches(router, local_outcomes(engine.run(router.assign(refs))),
+                                    lambda batch: run_batch(batch, record), record)
         finally:
             demoted = run.flush()  # results on disk before they are recorded as resolving anything
             lost = {(f.sha256, f.page) for f in demoted}

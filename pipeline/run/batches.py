@@ -167,6 +167,13 @@ async def record_batch(batch: Batch, record: Callable[[Outcome, str], object],
     return counts
 
 
+async def local_outcomes(outcomes: AsyncIterable[Outcome], worker: str = "local"
+                         ) -> AsyncIterator[tuple[Outcome, str]]:
+    """An engine's outcomes as `drive_batches` takes them: each with the worker that made it."""
+    async for outcome in outcomes:
+        yield outcome, worker
+
+
 async def drive_batches(router: BatchRouter, outcomes: AsyncIterable[tuple[Outcome, str]],
                         run_batch: Callable[[Batch], Awaitable[BatchCounts]],
                         record: Callable[[Outcome, str], object]) -> list[BatchCounts]:
