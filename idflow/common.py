@@ -138,8 +138,29 @@ def holding_output(out: Path, start: Callable[[], Awaitable[T]], *, wait: bool, 
 
 
 def settings_problems(exc: ValidationError) -> str:
-    """Which settings are wrong and why, without echoing the values (one of them may be a key)."""
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
+    """Which settings are wrong and why, without echoing the values (one of them may be a key); a number out of
+    bounds is told its whole range."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}{_range(e['loc'])}"
+                     for e in exc.errors(include_input=False))
+
+
+def _range(loc: tuple[Any, ...]) -> str:
+    """` (range 1-256)` for a bounded field of the settings at `loc` (top level or one model down), else ""."""
+    model: Any = Settings
+    for name in loc[:-1]:
+        field = model.model_fields.get(str(name))
+        model = field.annotation if field is not None else None
+        if not isinstance(model, type) or not hasattr(model, "model_fields"):
+            return ""
+    field = model.model_fields.get(str(loc[-1])) if loc else None
+    if field is None:
+        return ""
+    low = next((getattr(m, a) for m in field.metadata for a in ("ge", "gt") if getattr(m, a, None) is not None), None)
+    high = next((getattr(m, a) for m in field.metadata for a in ("le", "lt") if getattr(m, a, None) is not None), None)
+    if low is None and high is None:
+        return ""
+    return f" (range {'' if low is None else low}-{'' if high is None else high})" if high is not None \
+        else f" (at least {low})"
 
 
 def load_settings(**overrides: object) -> Settings:
