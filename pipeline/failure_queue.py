@@ -168,7 +168,7 @@ def input_dirs(out_dir: Path) -> dict[str, Path]:
             summary = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):  # a summary being replaced right now
             continue
-        folder = run_input_dir(summary)
+        folder = run_input_dir(summary, out_dir)
         if folder is not None:
             dirs[str(summary["run_id"])] = folder
     return dirs

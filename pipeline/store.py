@@ -421,27 +421,40 @@ def latest_results(out_dir: Path, columns: list[str] | None = None) -> dict[str,
 
 
 def write_run_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
-    """`runs/<run_id>.json`. JSON text cannot hold a folder name that is not UTF-8, so the folder the documents
-    came from (`input_dir`; `source_dir` for a batch import) is stored readable and exact (`<key>_hex`);
-    `run_input_dir` reads it back."""
+    """`runs/<run_id>.json`, with the folders (`input_dir`, `source_dir` for a batch import, `out_dir`) masked
+    like every message: a folder's name can hold an ID number. The exact folders (the retry and the review find
+    files under them) go to `sources/<run_id>.json`, which holds personal data like the Parquet results; JSON
+    text cannot hold a name that is not UTF-8, so each is stored readable and exact (`<key>_hex`)."""
     stored = {k: _text(v) for k, v in summary.items()}
+    exact: dict[str, str] = {}
     for key in _FOLDER_KEYS:
         if summary.get(key):
-            stored[key] = readable_path(summary[key])
-            stored[f"{key}_hex"] = path_bytes(summary[key]).hex()
+            stored[key] = redact(readable_path(summary[key]))
+            exact[key] = readable_path(summary[key])
+            exact[f"{key}_hex"] = path_bytes(summary[key]).hex()
+    if exact:
+        write_json_atomic(out_dir / SOURCES / f"{summary['run_id']}.json", {"run_id": summary["run_id"], **exact})
     return write_json_atomic(out_dir / RUNS / f"{summary['run_id']}.json", stored)
 
 
-_FOLDER_KEYS = ("input_dir", "source_dir")
+SOURCES = "sources"  # per run, the exact folders it read and wrote: personal data, like the results
+_FOLDER_KEYS = ("input_dir", "source_dir", "out_dir")
+_INPUT_KEYS = ("input_dir", "source_dir")
 
 
-def run_input_dir(summary: dict[str, Any]) -> Path | None:
-    """The folder a stored run read its documents from, exactly as the file system names it (None: a retry)."""
-    for key in _FOLDER_KEYS:
-        if summary.get(f"{key}_hex"):
-            return Path(os.fsdecode(bytes.fromhex(summary[f"{key}_hex"])))
-        if summary.get(key):
-            return Path(summary[key])
+def run_input_dir(summary: dict[str, Any], out_dir: Path) -> Path | None:
+    """The folder a stored run of `out_dir` read its documents from, exactly as the file system names it (None:
+    a retry): from `OUT/sources/<run_id>.json`, else from the summary itself (written before folders were
+    masked in it)."""
+    try:
+        exact = json.loads((out_dir / SOURCES / f"{summary['run_id']}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError):
+        exact = summary
+    for key in _INPUT_KEYS:
+        if exact.get(f"{key}_hex"):
+            return Path(os.fsdecode(bytes.fromhex(exact[f"{key}_hex"])))
+        if exact.get(key):
+            return Path(exact[key])
     return None
 
 
