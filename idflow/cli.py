@@ -121,10 +121,17 @@ def run(
         ready()
 
         async def extract() -> dict:
-            with engine_errors_to_log(debug=debug), progress_bar("extracting") as sink, progress.listening(sink):
-                return await extract_folder(str(input_dir), str(out), backend=settings.backend,
-                                            concurrency=settings.concurrency, batch_size=settings.batch_size,
-                                            force=force, dask=dask, wait_for_lock=wait)
+            from pipeline import sources
+
+            folder = sources.register(out, input_dir)  # under OUT's lock; the folder's name stays out of Prefect
+            try:
+                with engine_errors_to_log(debug=debug), progress_bar("extracting") as sink, \
+                        progress.listening(sink):
+                    return await extract_folder(folder, str(out), backend=settings.backend,
+                                                concurrency=settings.concurrency, batch_size=settings.batch_size,
+                                                force=force, dask=dask, wait_for_lock=wait)
+            finally:
+                sources.forget(out, folder)
 
         summary = holding_output(out, extract, wait=wait, debug=debug,
                                  what_now="documents finished so far are stored; run the same command again to "
