@@ -32,7 +32,7 @@ from flows.batch_tasks import batch_task
 from flows.limits import request_slots
 from flows.run_lease import leased
 from flows.secrets import with_block_key
-from pipeline import progress
+from pipeline import progress, sources
 from pipeline.backends.factory import make_backend
 from pipeline.config import Settings
 from pipeline.crash_journal import CrashJournal
@@ -69,9 +69,9 @@ def _run_name() -> str:
     """`extract <folder> (<n> files)`: the folder's own name, not its full path (paths can hold names), its
     document numbers masked (the run name prefixes every log line)."""
     params = flow_run.parameters
-    root = Path(params["input_dir"])
-    listed = _shard_files(params.get("shard"))
     out = Path(params["out_dir"]).resolve()
+    root = sources.resolve(out, params["input_dir"])
+    listed = _shard_files(params.get("shard"))
     files = len(listed) if listed is not None else sum(1 for _ in walk(root.resolve(), out))
     return redact(f"extract {root.name} ({files} files)")
 
@@ -82,6 +82,8 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
                          batch_size: int | None = None, force: bool = False, dask: str | None = None,
                          shard: str | None = None, wait_for_lock: bool = True) -> dict[str, Any]:
     """Extract every document under `input_dir` into Parquet under `out_dir`; returns the run summary.
+    `input_dir` is a folder, or the reference `idflow run` registered for it in OUT (`pipeline.sources`: the
+    folder's name stays out of the flow run's parameters).
 
     The documents stream through one engine (or Dask workers, `dask`: `tcp://host:8786` or `local:N`); each
     batch of `batch_size` of them is a task run (`batch-00001`, ...) that stores its documents and reports its
@@ -98,7 +100,8 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     if batch_size:
         overrides["batch_size"] = batch_size
     settings = await with_block_key(Settings(**overrides))
-    root, out = Path(input_dir).resolve(), Path(out_dir)  # absolute: the retry and review find files from any cwd
+    out = Path(out_dir)
+    root = sources.resolve(out, input_dir).resolve()  # absolute: the retry and review find files from any cwd
     files = _shard_files(shard)
     expected = len(files) if files is not None else sum(1 for _ in walk(root, out.resolve()))
     progress_bar = Progress(await acreate_progress_artifact(0.0, description="documents finished"), expected)

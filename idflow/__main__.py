@@ -1,5 +1,5 @@
 """`python -m idflow` is the same as the `idflow` command."""
 
-from idflow.cli import main
+from idflow import start
 
-main()
+start()

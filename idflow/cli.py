@@ -27,8 +27,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline import progress
-from idflow.common import (config_error, console, load_settings, prefect_api, settings_problems,
-                                 stopped_by_signal)
+from idflow.common import (config_error, console, engine_errors_to_log, holding_output, load_settings,
+                           prefect_api, settings_problems)
 from idflow.ops import register as register_ops
 from idflow.retry import register as register_retry
 from idflow.review import print_corrections
@@ -80,15 +80,19 @@ def run(
     input_dir: Annotated[Path, typer.Argument(help="folder of scans (searched recursively)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="output folder for Parquet results")] = Path("out"),
     backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm | hybrid")] = None,
-    concurrency: Annotated[Optional[int], typer.Option(help="documents in flight at once")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(help="documents in flight at once, 1-256 (default "
+                                                       "IDFLOW_CONCURRENCY, 8)")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="documents per Prefect task")] = None,
     force: Annotated[bool, typer.Option(help="redo documents already done with the same settings")] = False,
     fallback: Annotated[Optional[str], typer.Option(help="vllm only: none | openai when no server is healthy")] = None,
     dry_run: Annotated[bool, typer.Option(help="print predicted visual tokens and cost, send nothing")] = False,
     dask: Annotated[Optional[str], typer.Option(help="run batches on Dask: tcp://host:8786 or local:N")] = None,
     wait: Annotated[bool, typer.Option(help="wait for a run writing OUT instead of refusing (exit 2)")] = False,
+    debug: Annotated[bool, typer.Option(help="print the traceback of a run that cannot go on (always in the "
+                                             "error log of the Prefect home)")] = False,
 ) -> None:
-    """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for."""
+    """Extract every document under INPUT_DIR. Exit 0 when every document is accounted for; 2 for a
+    configuration or environment problem (OUT busy, full or read-only), said in one line."""
     if not input_dir.is_dir():
         raise config_error(f"input folder {input_dir} does not exist or is not a folder")
     if not is_text(str(input_dir.resolve())) or not is_text(str(out.resolve())):
@@ -105,25 +109,33 @@ def run(
         raise typer.Exit(0)
     if dask and not all(map(importlib.util.find_spec, ("prefect_dask", "distributed"))):
         raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
-    from pipeline.output_lock import OutputBusy, refusal_now
+    from pipeline.output_lock import refusal_now
 
     check_parts(out)  # a damaged OUT: one line here, not a failed flow's traceback
-    if not wait and (busy := refusal_now(out)):  # likewise a busy one (the flow still checks, for real)
+    if not wait and (busy := refusal_now(out)):  # the same line as below, without starting Prefect
         raise config_error(busy)
     with prefect_api() as ready:
         from flows.extract import extract_folder
 
         gc.freeze()  # the imports' objects live as long as the process: keep the run's collections off them
         ready()
-        try:
-            with stopped_by_signal("documents finished so far are stored; run the same command again to do the "
-                                   "rest"), progress_bar("extracting") as sink, progress.listening(sink):
-                summary = asyncio.run(extract_folder(str(input_dir), str(out), backend=settings.backend,
-                                                     concurrency=settings.concurrency,
-                                                     batch_size=settings.batch_size, force=force, dask=dask,
-                                                     wait_for_lock=wait))
-        except (OutputBusy, OutputUnreadable) as exc:  # one run writes OUT at a time; OUT damaged from outside
-            raise config_error(str(exc)) from None
+
+        async def extract() -> dict:
+            from pipeline import sources
+
+            folder = sources.register(out, input_dir)  # under OUT's lock; the folder's name stays out of Prefect
+            try:
+                with engine_errors_to_log(debug=debug), progress_bar("extracting") as sink, \
+                        progress.listening(sink):
+                    return await extract_folder(folder, str(out), backend=settings.backend,
+                                                concurrency=settings.concurrency, batch_size=settings.batch_size,
+                                                force=force, dask=dask, wait_for_lock=wait)
+            finally:
+                sources.forget(out, folder)
+
+        summary = holding_output(out, extract, wait=wait, debug=debug,
+                                 what_now="documents finished so far are stored; run the same command again to "
+                                          "do the rest")
     print_summary(summary)
     if summary["results"] or summary["failures"]:  # reading OUT's tables costs ~1 s of imports
         show_rows(out, run_id=summary["run_id"])

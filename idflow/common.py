@@ -6,11 +6,16 @@ these helpers from here, never from `idflow.cli`, so the imports run one way.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
-from collections.abc import Callable, Iterator
+import traceback
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -25,17 +30,137 @@ console = Console()
 
 CONFIG_ERROR = 2
 PREFECT_ERROR = 3  # the Prefect API does not answer, or the local server did not start
+ERROR_LOG = "idflow-errors.log"  # in the Prefect home: tracebacks the console leaves out, masked
+
+T = TypeVar("T")
 
 
 def config_error(message: str) -> typer.Exit:
     """Exit 2 with the message as plain text (`idflow[dask]` is not markup), document numbers masked."""
-    console.print(f"[red]configuration error:[/red] {escape(redact(message))}")
+    console.print(f"[red]configuration error:[/red] {escape(redact(message))}", soft_wrap=True)
     return typer.Exit(CONFIG_ERROR)
 
 
+def error_log() -> Path:
+    """Where the tracebacks of a run that could not go on are kept: outside OUT (which may be what is full or
+    read-only), in the Prefect home."""
+    home = os.environ.get("PREFECT_HOME")
+    if not home:
+        from prefect.settings import get_current_settings
+
+        home = str(get_current_settings().home)
+    return Path(home).expanduser() / ERROR_LOG
+
+
+def environment_error(message: str, exc: BaseException, *, debug: bool = False) -> typer.Exit:
+    """Exit 2 with one line (masked) for a run the machine stopped (OUT full, read-only): what happened, what to
+    do, and where the traceback went (the error log; also the console under `--debug`)."""
+    text = redact("".join(traceback.format_exception(exc)))
+    log = error_log()
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {redact(message)}\n{text}\n")
+        where = f" (details: {log})"
+    except OSError:  # the log's disk may be the full one: the line is what matters
+        where = ""
+    if debug:
+        console.print(escape(text), markup=True, soft_wrap=True)
+    console.print(f"[red]error:[/red] {escape(redact(message))}{escape(where)}", soft_wrap=True)
+    return typer.Exit(CONFIG_ERROR)
+
+
+class _EngineErrors(logging.Filter):
+    """Keeps Prefect's error records (a failed flow run's traceback, its 'Finished in state Failed') off the
+    console: the command says in one line what went wrong; the records go to the error log and the Prefect API."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name.startswith("prefect") and record.levelno >= logging.ERROR)
+
+
+@contextmanager
+def engine_errors_to_log(*, debug: bool) -> Iterator[None]:
+    """For the block, Prefect's error records go to the error log instead of the console (`debug`: both). Call it
+    once Prefect is imported (importing it installs its console handler on the root logger)."""
+    if debug:
+        yield
+        return
+    from pipeline.masking import MaskingFilter
+
+    root = logging.getLogger()
+    consoles = [h for h in root.handlers if type(h).__name__ == "PrefectConsoleHandler"]
+    kept = logging.FileHandler(error_log(), encoding="utf-8", delay=True)  # no file unless there is an error
+    kept.setLevel(logging.ERROR)
+    kept.addFilter(MaskingFilter())
+    kept.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    quiet = _EngineErrors()
+    for handler in consoles:
+        handler.addFilter(quiet)
+    root.addHandler(kept)
+    try:
+        yield
+    finally:
+        root.removeHandler(kept)
+        kept.close()
+        for handler in consoles:
+            handler.removeFilter(quiet)
+
+
+def holding_output(out: Path, start: Callable[[], Awaitable[T]], *, wait: bool, debug: bool, what_now: str) -> T:
+    """Run `start()` (a command's flow) holding OUT's lock, taken here before any flow run exists and lent to the
+    run session inside the flow; every way OUT stops the run is one line: busy (who holds it; `--wait`), damaged,
+    not writable, full (where, how much is kept, what to do), exit 2. A SIGTERM: `stopped_by_signal(what_now)`."""
+    from pipeline.output_lock import OutputBusy, OutputUnwritable, hold_output
+    from pipeline.run.session import OutputWriteError, storage_problem, what_to_do
+    from pipeline.store import OutputUnreadable
+
+    def waiting(message: str) -> None:
+        console.print(escape(redact(message)), soft_wrap=True)
+
+    async def held() -> T:
+        async with hold_output(out, run_id=f"starting (pid {os.getpid()})", wait=wait, on_wait=waiting,
+                               lend=True):
+            return await start()
+
+    try:
+        with stopped_by_signal(what_now):
+            return asyncio.run(held())
+    except (OutputBusy, OutputUnreadable) as exc:  # one run writes OUT at a time; OUT damaged from outside
+        raise config_error(str(exc)) from None
+    except (OutputUnwritable, OutputWriteError) as exc:
+        raise environment_error(str(exc), exc, debug=debug) from None
+    except Exception as exc:
+        problem = storage_problem(exc)
+        if problem is None:
+            raise
+        raise environment_error(f"{problem.filename or out} could not be written ({problem.strerror}): "
+                                f"{what_to_do(problem)}", exc, debug=debug) from None
+
+
 def settings_problems(exc: ValidationError) -> str:
-    """Which settings are wrong and why, without echoing the values (one of them may be a key)."""
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
+    """Which settings are wrong and why, without echoing the values (one of them may be a key); a number out of
+    bounds is told its whole range."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}{_range(e['loc'])}"
+                     for e in exc.errors(include_input=False))
+
+
+def _range(loc: tuple[Any, ...]) -> str:
+    """` (range 1-256)` for a bounded field of the settings at `loc` (top level or one model down), else ""."""
+    model: Any = Settings
+    for name in loc[:-1]:
+        field = model.model_fields.get(str(name))
+        model = field.annotation if field is not None else None
+        if not isinstance(model, type) or not hasattr(model, "model_fields"):
+            return ""
+    field = model.model_fields.get(str(loc[-1])) if loc else None
+    if field is None:
+        return ""
+    low = next((getattr(m, a) for m in field.metadata for a in ("ge", "gt") if getattr(m, a, None) is not None), None)
+    high = next((getattr(m, a) for m in field.metadata for a in ("le", "lt") if getattr(m, a, None) is not None), None)
+    if low is None and high is None:
+        return ""
+    return f" (range {'' if low is None else low}-{'' if high is None else high})" if high is not None \
+        else f" (at least {low})"
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from idflow.common import config_error, console, load_settings, prefect_api, stopped_by_signal
+from idflow.common import (config_error, console, engine_errors_to_log, holding_output, load_settings,
+                           prefect_api)
 
 
 def retry(
@@ -18,30 +19,34 @@ def retry(
     max_attempts: Annotated[int, typer.Option(help="failed attempts per document at most, the first run "
                                                    "included (internal errors: 2)")] = 3,
     wait: Annotated[bool, typer.Option(help="wait for a run writing OUT instead of refusing (exit 2)")] = False,
+    debug: Annotated[bool, typer.Option(help="print the traceback of a retry that cannot go on (always in the "
+                                             "error log of the Prefect home)")] = False,
 ) -> None:
     """Retry the failure queue's open entries that may succeed on another try (request errors, endpoint down,
     internal errors once). Exit 0 when the retry ran, 2 when OUT is busy or the configuration is wrong."""
     from rich.table import Table
 
-    from pipeline.output_lock import OutputBusy, refusal_now
+    from pipeline.output_lock import refusal_now
     from pipeline.store import check_parts
 
     if not (out / "failures").is_dir():
         raise config_error(f"no failure queue in {out}")
     check_parts(out)  # a damaged OUT: one line here (main prints it), not a failed flow's traceback
-    if not wait and (busy := refusal_now(out)):  # likewise a busy one (the flow still checks, for real)
+    if not wait and (busy := refusal_now(out)):  # the same line as OUT's lock gives, without starting Prefect
         raise config_error(busy)
     settings = load_settings(backend=backend)
     with prefect_api() as ready:
         from flows.retry import retry_failures
 
         ready()
-        try:
-            with stopped_by_signal("documents retried so far are stored; run the same command again"):
-                report = asyncio.run(retry_failures(str(out), backend=settings.backend, max_attempts=max_attempts,
-                                                    wait_for_lock=wait))
-        except OutputBusy as exc:
-            raise config_error(str(exc)) from None
+
+        async def retried() -> dict:
+            with engine_errors_to_log(debug=debug):
+                return await retry_failures(str(out), backend=settings.backend, max_attempts=max_attempts,
+                                            wait_for_lock=wait)
+
+        report = holding_output(out, retried, wait=wait, debug=debug,
+                                what_now="documents retried so far are stored; run the same command again")
     table = Table(title=f"retry {report['run_id']} ({report['backend']})")
     table.add_column("outcome")
     table.add_column("documents", justify="right")

@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.api_keys import clean_api_key
+from pipeline.urls import http_base_url
 from pipeline.vllm.settings import VllmSettings
 
 # Read through importlib.resources so an installed wheel finds it wherever it runs from (`schemas/` at the
@@ -75,6 +76,17 @@ class OpenAISettings(BaseSettings):
                                              validation_alias="IDFLOW_OPENAI_PRICE_COMPLETION_PER_MTOK")
 
     _clean_key = field_validator("api_key", mode="before")(clean_api_key)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return http_base_url(value, "TAOTOKEN_BASE_URL (or IDFLOW_OPENAI_BASE_URL)")
+
+    @field_validator("model")
+    @classmethod
+    def _model_id(cls, value: str | None) -> str | None:
+        """Blank is not a model id: it counts as unset, which a run using this endpoint refuses."""
+        return value.strip() or None if value is not None else None
 
 
 class Settings(BaseSettings):

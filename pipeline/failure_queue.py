@@ -71,7 +71,11 @@ class _Document:
 
 
 def _failure_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The document a failure row is about. A failure of a whole file (no page: empty, not openable) is one per
+    path even when files share their content: each is an upload someone has to look at."""
     if row["sha256"] is not None:
+        if row["page"] is None:
+            return ("sha256", row["sha256"], None, _stored_bytes(row))
         return ("sha256", row["sha256"], row["page"])
     return ("path", _stored_bytes(row), row["page"])
 
@@ -102,7 +106,7 @@ def _documents(out_dir: Path) -> list[_Document]:
     documents = []
     for key, rows in history.items():
         rows.sort(key=lambda r: r["failed_at"])
-        closer = latest_result.get(key if key[0] == "sha256" else key[:2])
+        closer = latest_result.get(key[:3] if key[0] == "sha256" else key[:2])
         resolved = closer is not None and closer[0] > rows[-1]["failed_at"]
         documents.append(_Document(rows, closer[1] if resolved else None))
     return documents
@@ -164,7 +168,7 @@ def input_dirs(out_dir: Path) -> dict[str, Path]:
             summary = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):  # a summary being replaced right now
             continue
-        folder = run_input_dir(summary)
+        folder = run_input_dir(summary, out_dir)
         if folder is not None:
             dirs[str(summary["run_id"])] = folder
     return dirs

@@ -22,6 +22,7 @@ from typing import Any
 from pipeline.atomic import write_json_atomic
 from pipeline.datamodel import SkipReason
 from pipeline.ingest import skip_reason, walk
+from pipeline.store import run_input_dir
 from pipeline.store import RUNS, readable_path
 
 DEFAULT_MARKER = "_READY"
@@ -152,8 +153,9 @@ def folders_done_by_runs(out_dir: Path) -> dict[str, str]:
             summary = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):  # a run summary being replaced right now
             continue
-        if summary.get("input_dir") and summary.get("accounted"):
-            done[folder_key(Path(summary["input_dir"]))] = str(summary["run_id"])
+        folder = run_input_dir(summary, out_dir) if summary.get("input_dir") else None
+        if folder is not None and summary.get("accounted"):
+            done[folder_key(folder)] = str(summary["run_id"])
     return done
 
 

@@ -101,13 +101,18 @@ def walk(root: Path, skip: Path | None = None) -> Iterator[Path]:
 
 @dataclass
 class Discovery:
-    """Discovery state for one run: which content was already seen, so duplicates are done once."""
+    """Discovery state for one run: which content was already seen, so duplicates are done once.
+
+    A content that fails at ingest (an empty file, a container that cannot be opened) is not done at all, so each
+    further file holding it is the same failure under its own path, not a duplicate: someone asking which uploads
+    were empty finds every one of them in the failure queue."""
 
     root: Path
     done_keys: Container[str] = frozenset()
     # Relative paths to look at instead of walking the whole folder (a shard of a sharded run).
     only: Sequence[str] | None = None
     seen_hashes: set[str] = field(default_factory=set)
+    failed_hashes: dict[str, ContainerError] = field(default_factory=dict)  # content -> why it cannot be read
     settings: PrepareSettings = field(default_factory=PrepareSettings)
     skip_dir: Path | None = None  # the run's output folder (absolute), never read as input
 
@@ -135,15 +140,19 @@ class Discovery:
             yield Failure(rel, None, None, "ingest", exc.reason, exc.detail)
             return
         digest = hashlib.sha256(data).hexdigest()
+        if (failed := self.failed_hashes.get(digest)) is not None:
+            yield Failure(rel, digest, None, "ingest", failed.reason, failed.detail)
+            return
         if digest in self.seen_hashes:
             yield Skipped(rel, SkipReason.DUPLICATE_CONTENT, sha256=digest)
             return
-        self.seen_hashes.add(digest)
         try:
             pages = page_count(data, self.settings)
         except ContainerError as exc:
+            self.failed_hashes[digest] = exc
             yield Failure(rel, digest, None, "ingest", exc.reason, exc.detail)
             return
+        self.seen_hashes.add(digest)
         for page in range(pages):
             ref = DocumentRef(path=path, rel_path=rel, sha256=digest, page=page, page_count=pages)
             if ref.key in self.done_keys:

@@ -103,7 +103,16 @@ class OutputUnreadable(RuntimeError):
 
 class StoreWriteError(OSError):
     """A part could not be written (disk full, permissions). Parts written before stay; the rows of the failed
-    part stay buffered in the writer, and the documents they hold are redone by the next run."""
+    part stay buffered in the writer, and the documents they hold are redone by the next run. `errno` is the
+    system's (ENOSPC: disk full), `filename` the part."""
+
+    def __init__(self, message: str, *, cause: OSError, path: Path) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errno, self.strerror, self.filename = cause.errno, cause.strerror, str(path)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def _now() -> datetime:
@@ -218,17 +227,22 @@ def unstorable(row: dict[str, Any], exc: BaseException, *, what: str) -> Failure
 
 
 STALE_TEMP_PART_S = 3600.0  # a writer renames its temp part within seconds; an hour-old one was left by a kill
+# Tables only the holder of OUT's lock writes: a temp part of theirs that the next holder finds belongs to a run
+# that is over, however young it is. Other tables (a person's corrections, saved from the review page without the
+# lock) may be being written right now, so only an old temp part of theirs is a leftover.
+LOCKED_TABLES = ("results", "failures", "resolutions")
 
 
 def remove_stale_temp_parts(out_dir: Path, older_than_s: float = STALE_TEMP_PART_S) -> int:
-    """Remove the temp files of parts whose writer was killed before its rename (readers already ignore them);
-    return how many. Called by the holder of OUT's lock; the age test spares a part being written right now by a
-    writer that does not hold the lock (a person's correction from the review page)."""
+    """Remove the temp files of parts whose writer ended before its rename (killed, or stopped during a flush;
+    readers already ignore them); return how many. Called by the new holder of OUT's lock: every temp part of the
+    tables written under the lock goes, of the others those older than `older_than_s`."""
     cutoff = datetime.now(timezone.utc).timestamp() - older_than_s
     removed = 0
     for tmp in out_dir.glob("*/run_date=*/.part-*.tmp"):
         with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove: left as it is
-            if tmp.is_file() and not tmp.is_symlink() and tmp.stat().st_mtime < cutoff:
+            locked = tmp.parent.parent.name in LOCKED_TABLES
+            if tmp.is_file() and not tmp.is_symlink() and (locked or tmp.stat().st_mtime < cutoff):
                 tmp.unlink()
                 removed += 1
     return removed
@@ -251,7 +265,8 @@ def write_part(out_dir: Path, table_name: str, schema: pa.Schema, rows: list[dic
     except OSError as exc:
         with contextlib.suppress(OSError):  # the folder may be what failed
             tmp.unlink(missing_ok=True)
-        raise StoreWriteError(f"could not write {table.num_rows} {table_name} rows to {final}: {exc}") from exc
+        raise StoreWriteError(f"could not write {table.num_rows} {table_name} rows to {final}: {exc}", cause=exc,
+                              path=final) from exc
     return final
 
 
@@ -293,6 +308,7 @@ class RunWriter:
     _parts: Counter[str] = field(default_factory=Counter)
     written: list[Path] = field(default_factory=list)
     demoted: list[Failure] = field(default_factory=list)
+    stored: int = 0  # documents (result and failure rows) in the parts written so far
 
     def add(self, outcome: Record | Failure | Skipped, *, worker: str = "local") -> None:
         """Buffer one document's row (skips are only counted, never stored)."""
@@ -339,6 +355,7 @@ class RunWriter:
         self.written.append(write_part(self.out_dir, name, schema, table, run_id=self.run_id,
                                        run_date=self.run_date, part=self._parts[name]))
         self._parts[name] += 1
+        self.stored += table.num_rows
 
 
 def read_dataset(out_dir: Path, table_name: str, schema: pa.Schema, columns: list[str] | None = None,
@@ -404,27 +421,40 @@ def latest_results(out_dir: Path, columns: list[str] | None = None) -> dict[str,
 
 
 def write_run_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
-    """`runs/<run_id>.json`. JSON text cannot hold a folder name that is not UTF-8, so the folder the documents
-    came from (`input_dir`; `source_dir` for a batch import) is stored readable and exact (`<key>_hex`);
-    `run_input_dir` reads it back."""
+    """`runs/<run_id>.json`, with the folders (`input_dir`, `source_dir` for a batch import, `out_dir`) masked
+    like every message: a folder's name can hold an ID number. The exact folders (the retry and the review find
+    files under them) go to `sources/<run_id>.json`, which holds personal data like the Parquet results; JSON
+    text cannot hold a name that is not UTF-8, so each is stored readable and exact (`<key>_hex`)."""
     stored = {k: _text(v) for k, v in summary.items()}
+    exact: dict[str, str] = {}
     for key in _FOLDER_KEYS:
         if summary.get(key):
-            stored[key] = readable_path(summary[key])
-            stored[f"{key}_hex"] = path_bytes(summary[key]).hex()
+            stored[key] = redact(readable_path(summary[key]))
+            exact[key] = readable_path(summary[key])
+            exact[f"{key}_hex"] = path_bytes(summary[key]).hex()
+    if exact:
+        write_json_atomic(out_dir / SOURCES / f"{summary['run_id']}.json", {"run_id": summary["run_id"], **exact})
     return write_json_atomic(out_dir / RUNS / f"{summary['run_id']}.json", stored)
 
 
-_FOLDER_KEYS = ("input_dir", "source_dir")
+SOURCES = "sources"  # per run, the exact folders it read and wrote: personal data, like the results
+_FOLDER_KEYS = ("input_dir", "source_dir", "out_dir")
+_INPUT_KEYS = ("input_dir", "source_dir")
 
 
-def run_input_dir(summary: dict[str, Any]) -> Path | None:
-    """The folder a stored run read its documents from, exactly as the file system names it (None: a retry)."""
-    for key in _FOLDER_KEYS:
-        if summary.get(f"{key}_hex"):
-            return Path(os.fsdecode(bytes.fromhex(summary[f"{key}_hex"])))
-        if summary.get(key):
-            return Path(summary[key])
+def run_input_dir(summary: dict[str, Any], out_dir: Path) -> Path | None:
+    """The folder a stored run of `out_dir` read its documents from, exactly as the file system names it (None:
+    a retry): from `OUT/sources/<run_id>.json`, else from the summary itself (written before folders were
+    masked in it)."""
+    try:
+        exact = json.loads((out_dir / SOURCES / f"{summary['run_id']}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError):
+        exact = summary
+    for key in _INPUT_KEYS:
+        if exact.get(f"{key}_hex"):
+            return Path(os.fsdecode(bytes.fromhex(exact[f"{key}_hex"])))
+        if exact.get(key):
+            return Path(exact[key])
     return None
 
 

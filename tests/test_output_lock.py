@@ -91,21 +91,27 @@ def test_a_second_holder_in_the_same_process_waits_and_says_so(tmp_path: Path) -
 
 
 def test_the_next_holder_removes_temp_parts_a_killed_run_left(tmp_path: Path) -> None:
-    """A run killed between writing a part's temp file and renaming it leaves the temp file; the next run on OUT
-    removes it once it is older than any live write takes, and never touches a fresh one or a finished part."""
+    """A run stopped between writing a part's temp file and renaming it leaves the temp file; the next holder of
+    OUT's lock removes it at once when its table is written only under the lock (its run is over), and a
+    correction's (saved without the lock) only once it is older than any live write takes; finished parts stay."""
     folder = tmp_path / "results" / "run_date=2026-11-30"
+    corrections = tmp_path / "corrections" / "run_date=2026-11-30"
     folder.mkdir(parents=True)
+    corrections.mkdir(parents=True)
     stale, fresh = folder / ".part-a-00000.parquet.1f.tmp", folder / ".part-b-00000.parquet.2e.tmp"
+    old_correction = corrections / ".part-d-00000.parquet.3a.tmp"
+    live_correction = corrections / ".part-e-00000.parquet.4b.tmp"
     part = folder / "part-c-00000.parquet"
-    for f in (stale, fresh, part):
+    for f in (stale, fresh, part, old_correction, live_correction):
         f.write_bytes(b"x")
     hour_ago = time.time() - 2 * STALE_TEMP_PART_S
-    os.utime(stale, (hour_ago, hour_ago))
-    os.utime(part, (hour_ago, hour_ago))
+    for f in (stale, part, old_correction):
+        os.utime(f, (hour_ago, hour_ago))
 
     async def hold() -> None:
         async with hold_output(tmp_path, run_id="next", wait=False):
             pass
 
     asyncio.run(hold())
-    assert not stale.exists() and fresh.exists() and part.exists()
+    assert not stale.exists() and not fresh.exists() and part.exists()
+    assert not old_correction.exists() and live_correction.exists()

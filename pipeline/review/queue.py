@@ -278,7 +278,7 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
     items.sort(key=lambda i: i.rank)
 
     if thumbnails:
-        own = run_input_dir(summary)
+        own = run_input_dir(summary, out_dir)
         folders = [*([own] if own else []), *input_dirs(out_dir).values()]
         settings = prepare or PrepareSettings()
         pictured = items[:MAX_PICTURES]  # re-preparing costs ~0.3-2 s a page: a page for people, not an export

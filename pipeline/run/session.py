@@ -8,10 +8,15 @@ flush them even when the run stops on an error (what was extracted is kept), mov
 store to the failures before counting, and write `runs/<run_id>.json` only for a run that finished.
 
 No Prefect here: flows pass a logger-like `on_wait` and do their publishing after the session closes.
+
+OUT that stops taking files during the run (disk full, remounted read-only, permissions) ends the session with
+`OutputWriteError`, whose message is the one line a person needs: the path, how many of the run's documents are
+stored and kept, and what to do; the system's error stays chained to it for the log.
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -28,6 +33,38 @@ from pipeline.store import RunWriter, write_run_summary
 from pipeline.tally import RunTally
 
 Outcome = Record | Failure | Skipped
+
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+class OutputWriteError(RuntimeError):
+    """OUT could not take what the run had to write; what was stored before stays (the message says how much)."""
+
+
+def storage_problem(exc: BaseException) -> OSError | None:
+    """The OS error in `exc` (itself, its causes and contexts, the members of a group) that says OUT's file system
+    is full or not writable, or None."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _FULL | _NOT_WRITABLE:
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None
+
+
+def what_to_do(problem: OSError) -> str:
+    return "free space and run again" if problem.errno in _FULL else "make it writable and run again"
+
+
+def _where(problem: OSError, out_dir: Path) -> str:
+    return f"{problem.filename or out_dir} could not be written ({problem.strerror or problem})"
 
 
 class Done(Enum):
@@ -70,19 +107,35 @@ class RunSession:
         parent's lock; OUT busy: wait (`wait`, reported through `on_wait`) or raise `OutputBusy`; `journal=False`
         for a run that prepares no page (a batch import, the sharded parent)."""
         fingerprint = fingerprint or settings.fingerprint()
-        async with AsyncExitStack() as stack:
-            if lock:
-                await stack.enter_async_context(hold_output(out_dir, run_id=run_id, wait=wait, on_wait=on_wait))
-            session = cls(out_dir, run_id, settings, RunWriter(out_dir, run_id, fingerprint, settings.flush_every),
-                          RunTally(), done=_done_set(out_dir, done, fingerprint))
-            if journal:
-                session.journal = stack.enter_context(CrashJournal.open(out_dir, run_id))
-            try:
-                yield session
-            finally:
-                session.flush()
-            if session.write_summary:
-                session.summary = session._write_summary()
+        session: RunSession | None = None
+        try:
+            async with AsyncExitStack() as stack:
+                if lock:
+                    await stack.enter_async_context(hold_output(out_dir, run_id=run_id, wait=wait,
+                                                                on_wait=on_wait))
+                session = cls(out_dir, run_id, settings,
+                              RunWriter(out_dir, run_id, fingerprint, settings.flush_every), RunTally(),
+                              done=_done_set(out_dir, done, fingerprint))
+                if journal:
+                    session.journal = stack.enter_context(CrashJournal.open(out_dir, run_id))
+                try:
+                    yield session
+                finally:
+                    session.flush()
+                if session.write_summary:
+                    session.summary = session._write_summary()
+        except Exception as exc:
+            problem = storage_problem(exc)
+            if problem is None or session is None:
+                raise
+            raise OutputWriteError(session.stopped_line(problem)) from exc
+
+    def stopped_line(self, problem: OSError) -> str:
+        """What a run stopped by OUT's file system is told: where, how much of the run is kept, what to do."""
+        stored, finished = self.writer.stored, self.tally.finished
+        return (f"{_where(problem, self.out_dir)}; the run stopped: {stored} of its {finished} finished documents "
+                f"are stored in {self.out_dir} and kept, the other {max(finished - stored, 0)} are read again by "
+                f"the next run: {what_to_do(problem)}")
 
     def see(self, count: int = 1) -> None:
         """`count` items were handed to the run: each must come back through `record`."""

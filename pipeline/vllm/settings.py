@@ -21,6 +21,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.api_keys import clean_api_key
+from pipeline.urls import http_base_url
 
 POOL_FILE = "pool.json"
 PID_FILE = "pids.json"
@@ -54,6 +55,26 @@ class VllmSettings(BaseSettings):
     fallback: Literal["none", "openai"] = Field("none", description="when no server is healthy")
 
     _clean_key = field_validator("api_key", mode="before")(clean_api_key)
+
+    @field_validator("endpoints")
+    @classmethod
+    def _http_urls(cls, value: str) -> str:
+        """Each an http(s) URL with a host, checked when the settings are read (before any document)."""
+        bad = []
+        for url in (u.strip().rstrip("/") for u in value.split(",") if u.strip()):
+            try:
+                http_base_url(url, "IDFLOW_VLLM_ENDPOINTS")
+            except ValueError:
+                bad.append(url)
+        if bad:
+            raise ValueError(f"IDFLOW_VLLM_ENDPOINTS: {', '.join(bad)} is not an http(s) URL (expected e.g. "
+                             "http://127.0.0.1:8000/v1, comma-separated)")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_id(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
 
     @property
     def serve_argv(self) -> list[str]:
