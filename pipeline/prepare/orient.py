@@ -103,7 +103,7 @@ _models_lock = threading.Lock()
 
 def _get_page_model() -> Any:
     """The page orientation classifier (an ONNX Runtime session), created on first use and then shared; None
-    when the model file was not fetched into the package (then every page takes the careful path)."""
+    when the model file is missing from the package (then every page takes the careful path)."""
     global _page_model
     if _page_model is None:
         with _models_lock:
@@ -112,8 +112,8 @@ def _get_page_model() -> Any:
                 if not model.is_file():
                     logging.getLogger(__name__).warning(
                         "page orientation model missing (%s): orienting with the text detector, ~10x slower; "
-                        "a wheel built after `python tools/fetch_page_orientation_model.py` (in the checkout) "
-                        "ships it: rebuild and reinstall", PAGE_MODEL)
+                        "the repository and its wheel carry it: restore it with "
+                        "`python tools/fetch_page_orientation_model.py` (in the checkout) and reinstall", PAGE_MODEL)
                     _page_model = False
                     return None
                 import onnxruntime
