@@ -30,16 +30,16 @@ class PrepareSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="IDFLOW_", env_file=".env", extra="ignore")
 
-    max_long_edge: int = Field(1600, ge=64)
-    max_pixels: int = Field(1_048_576, ge=4096)
+    max_long_edge: int = Field(1600, ge=64, description="long-edge cap of the page a backend receives")
+    max_pixels: int = Field(1_048_576, ge=4096, description="pixel budget of the page a backend receives")
     patch: int = Field(32, ge=1, description="pixels per visual token side (32 for Qwen3.5, 28 for Qwen2.5-VL)")
     max_input_pixels: int = Field(120_000_000, ge=1, description="decompression-bomb cap on the decoded page")
     # Excluded from the fingerprint: it decides whether a file is read at all, not what its result is.
     max_input_bytes: int = Field(512 * 1024 * 1024, ge=1, exclude=True,
                                  description="larger files are too_large (a document is read into memory once)")
     min_input_side: int = Field(48, ge=1, description="pages smaller than this on either side are too_small")
-    pdf_dpi: int = Field(200, ge=50, le=600)
-    jpeg_quality: int = Field(90, ge=50, le=100)
+    pdf_dpi: int = Field(200, ge=50, le=600, description="at most this resolution when rendering a PDF page")
+    jpeg_quality: int = Field(90, ge=50, le=100, description="JPEG quality of the page sent to a model")
 
 
 class OpenAISettings(BaseSettings):
@@ -50,30 +50,39 @@ class OpenAISettings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True,
                                       hide_input_in_errors=True)
 
-    api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("TAOTOKEN_API_KEY", "IDFLOW_OPENAI_API_KEY"))
+    api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("TAOTOKEN_API_KEY", "IDFLOW_OPENAI_API_KEY"),
+                                      description="the endpoint's key; never logged or stored")
     base_url: str = Field("https://taotoken.net/api",
-                          validation_alias=AliasChoices("TAOTOKEN_BASE_URL", "IDFLOW_OPENAI_BASE_URL"))
-    model: str | None = Field(None, validation_alias=AliasChoices("TAOTOKEN_MODEL", "IDFLOW_OPENAI_MODEL"))
+                          validation_alias=AliasChoices("TAOTOKEN_BASE_URL", "IDFLOW_OPENAI_BASE_URL"),
+                          description="base URL the SDK appends /chat/completions to")
+    model: str | None = Field(None, validation_alias=AliasChoices("TAOTOKEN_MODEL", "IDFLOW_OPENAI_MODEL"),
+                              description="model id as the provider lists it")
     # Request behaviour of pipeline.backends.openai_compat (why each bound exists: a document never loops).
     timeout_s: float = Field(60.0, gt=0, validation_alias="IDFLOW_OPENAI_TIMEOUT_S",
                              description="per HTTP request")
     max_attempts: int = Field(4, ge=1, le=10, validation_alias="IDFLOW_OPENAI_MAX_ATTEMPTS",
                               description="HTTP attempts per request, first one included")
-    backoff_base_s: float = Field(0.5, ge=0, validation_alias="IDFLOW_OPENAI_BACKOFF_BASE_S")
-    backoff_max_s: float = Field(20.0, ge=0, validation_alias="IDFLOW_OPENAI_BACKOFF_MAX_S")
+    backoff_base_s: float = Field(0.5, ge=0, validation_alias="IDFLOW_OPENAI_BACKOFF_BASE_S",
+                                  description="first retry's backoff, doubled per attempt, with jitter")
+    backoff_max_s: float = Field(20.0, ge=0, validation_alias="IDFLOW_OPENAI_BACKOFF_MAX_S",
+                                 description="longest backoff between attempts")
     max_retry_after_s: float = Field(60.0, ge=0, validation_alias="IDFLOW_OPENAI_MAX_RETRY_AFTER_S",
                                      description="a longer Retry-After fails the document as rate_limited")
     breaker_threshold: int = Field(8, ge=1, validation_alias="IDFLOW_OPENAI_BREAKER_THRESHOLD",
                                    description="consecutive endpoint failures that open the circuit")
     breaker_cooldown_s: float = Field(30.0, ge=0, validation_alias="IDFLOW_OPENAI_BREAKER_COOLDOWN_S",
                                       description="open circuit waits this long before one probe request")
-    max_tokens: int = Field(256, ge=16, le=4096, validation_alias="IDFLOW_OPENAI_MAX_TOKENS")
+    max_tokens: int = Field(256, ge=16, le=4096, validation_alias="IDFLOW_OPENAI_MAX_TOKENS",
+                            description="answer length cap per request")
     use_json_schema: bool = Field(True, validation_alias="IDFLOW_OPENAI_USE_JSON_SCHEMA",
                                   description="send response_format json_schema (falls back when refused)")
-    prompt_lang: Literal["en", "zh"] = Field("en", validation_alias="IDFLOW_OPENAI_PROMPT_LANG")
-    price_prompt_per_mtok: float = Field(0.0, ge=0, validation_alias="IDFLOW_OPENAI_PRICE_PROMPT_PER_MTOK")
+    prompt_lang: Literal["en", "zh"] = Field("en", validation_alias="IDFLOW_OPENAI_PROMPT_LANG",
+                                             description="language of the instruction sent with each page")
+    price_prompt_per_mtok: float = Field(0.0, ge=0, validation_alias="IDFLOW_OPENAI_PRICE_PROMPT_PER_MTOK",
+                                         description="price per million prompt tokens, for the run's cost estimate")
     price_completion_per_mtok: float = Field(0.0, ge=0,
-                                             validation_alias="IDFLOW_OPENAI_PRICE_COMPLETION_PER_MTOK")
+                                             validation_alias="IDFLOW_OPENAI_PRICE_COMPLETION_PER_MTOK",
+                                             description="price per million completion tokens")
 
     _clean_key = field_validator("api_key", mode="before")(clean_api_key)
 
@@ -92,7 +101,7 @@ class OpenAISettings(BaseSettings):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="IDFLOW_", env_file=".env", extra="ignore")
 
-    backend: Backend = "ocr"
+    backend: Backend = Field("ocr", description="which backend reads the pages")
     concurrency: int = Field(4, ge=1, le=256, description="documents in flight at once")
     batch_size: int = Field(16, ge=1, le=1024, description="documents per Prefect task")
     flush_every: int = Field(500, ge=1, description="documents per Parquet file; a crash loses at most this many")

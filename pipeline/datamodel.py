@@ -59,6 +59,20 @@ RETRYABLE_REASONS: frozenset[Reason] = frozenset(
      Reason.CHANGED_DURING_RUN}
 )
 
+# The stage that records each reason: "ingest" for problems with the file itself, "preprocess" for its pixels.
+REASON_STAGES: dict[Reason, Stage] = {
+    **dict.fromkeys([Reason.UNSUPPORTED_TYPE, Reason.EMPTY_FILE, Reason.UNREADABLE, Reason.TOO_MANY_PIXELS,
+                     Reason.SYMLINK_OUTSIDE_ROOT, Reason.NOT_A_REGULAR_FILE, Reason.BROKEN_SYMLINK,
+                     Reason.PATH_TOO_LONG, Reason.TOO_LARGE, Reason.CHANGED_DURING_RUN], "ingest"),
+    **dict.fromkeys([Reason.DECODE_ERROR, Reason.TOO_SMALL, Reason.PREPARE_CRASHED], "preprocess"),
+    **dict.fromkeys([Reason.TIMEOUT, Reason.RATE_LIMITED, Reason.SERVER_ERROR, Reason.ENDPOINT_UNAVAILABLE,
+                     Reason.AUTH_ERROR, Reason.BAD_REQUEST], "request"),
+    **dict.fromkeys([Reason.NO_JSON, Reason.INVALID_JSON], "parse"),
+    **dict.fromkeys([Reason.SCHEMA_VIOLATION, Reason.CHECKSUM_FAILED, Reason.INVALID_DATE,
+                     Reason.CROSS_CHECK_FAILED, Reason.NO_FIELDS_FOUND], "validate"),
+    Reason.INTERNAL_ERROR: "internal",
+}
+
 
 class SkipReason(StrEnum):
     """Why an input was seen but deliberately not processed (counted, never silently dropped)."""

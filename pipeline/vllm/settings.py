@@ -35,13 +35,13 @@ class VllmSettings(BaseSettings):
                                       hide_input_in_errors=True)  # an error's text never carries the key
 
     endpoints: str = Field("", description="comma-separated base URLs; empty: read the pool file")
-    api_key: SecretStr | None = None
+    api_key: SecretStr | None = Field(None, description="the servers' key; read only from the environment")
     model: str | None = Field(None, description="served model name the endpoints answer to")
     state_dir: Path = Field(Path(".idflow/vllm"), description="pid file, pool file, server logs")
     # launch
     serve_command: str = Field("vllm serve", description="how to run `vllm serve` (e.g. a venv's bin/vllm)")
     host: str = Field("127.0.0.1", description="documents are personal data: loopback unless asked otherwise")
-    port_base: int = Field(8004, ge=1, le=65535)
+    port_base: int = Field(8004, ge=1, le=65535, description="port of the first server; one more per GPU")
     prompt_budget_tokens: int = Field(1024, ge=64, description="instruction + chat template + repair turn")
     extra_args: str = Field("", description="more `vllm serve` flags, shell syntax, appended as given")
     startup_timeout_s: float = Field(1800.0, gt=0, description="load + profiling + graphs, per server")
