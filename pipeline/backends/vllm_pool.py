@@ -30,13 +30,14 @@ from pydantic import SecretStr
 from pipeline.atomic import write_json_atomic
 from pipeline.backends.base import ExtractionBackend
 from pipeline.backends.openai_compat import CircuitBreaker, OpenAICompatBackend
-from pipeline.config import OpenAISettings
+from pipeline.backends.registry import VLLM
+from pipeline.config import OpenAISettings, Settings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
 from pipeline.vllm.settings import VllmSettings
 
 log = logging.getLogger(__name__)
 
-NAME = "vllm"
+NAME = VLLM.name
 # Failures that say the endpoint itself is in trouble (count towards ejection); a 429 or a bad answer proves
 # the server is alive.
 ENDPOINT_DOWN = frozenset({Reason.TIMEOUT, Reason.SERVER_ERROR, Reason.ENDPOINT_UNAVAILABLE})
@@ -106,8 +107,12 @@ class VllmPoolBackend:
                         breaker=CircuitBreaker(pool.eject_after, pool.probe_after_s))
 
     @classmethod
+    def from_run_settings(cls, settings: Settings) -> VllmPoolBackend:
+        return cls.from_settings(settings.vllm, settings.openai, concurrency=settings.concurrency)
+
+    @classmethod
     def from_settings(cls, pool: VllmSettings, request: OpenAISettings, *, concurrency: int) -> VllmPoolBackend:
-        """The pool `make_backend` builds for `--backend vllm`: endpoints from the environment or the pool file,
+        """The pool `--backend vllm` runs on: endpoints from the environment or the pool file,
         the API backend as fallback when `IDFLOW_VLLM_FALLBACK=openai`."""
         config = pool.resolve_pool()
         if pool.api_key is None:
