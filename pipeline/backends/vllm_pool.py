@@ -117,7 +117,7 @@ class VllmPoolBackend:
         config = pool.resolve_pool()
         if pool.api_key is None:
             raise ValueError("IDFLOW_VLLM_API_KEY is not set (the key the servers were started with)")
-        fallback = OpenAICompatBackend(request, concurrency=concurrency) if pool.fallback == "openai" else None
+        fallback = OpenAICompatBackend(request, concurrency=concurrency) if pool.fallback != "none" else None
         from_pool_file = config.source == str(pool.pool_file)
         return cls(config.endpoints, model=config.model, api_key=pool.api_key.get_secret_value(), pool=pool,
                    request=request, fallback=fallback, stats_path=pool.stats_file if from_pool_file else None)
