@@ -35,6 +35,7 @@ from idflow.review import print_corrections
 from idflow.review import register as register_review
 from idflow.batch import register as register_batch
 from idflow.vllm import register as register_vllm
+from pipeline.backends.registry import BACKEND_NAMES, VLM_NAMES, VLLM_KEY_MISSING, backend_spec, choices, escalates
 from pipeline.config import Settings
 from pipeline.inbox import is_text
 from pipeline.masking import mask_id, redact
@@ -79,9 +80,9 @@ def progress_bar(label: str) -> Iterator[progress.ProgressSink]:
 def run(
     input_dir: Annotated[Path, typer.Argument(help="folder of scans (searched recursively)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="output folder for Parquet results")] = Path("out"),
-    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm | hybrid")] = None,
+    backend: Annotated[Optional[str], typer.Option(help=choices(BACKEND_NAMES))] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="documents in flight at once, 1-256 (default "
-                                                       "IDFLOW_CONCURRENCY, 8)")] = None,
+                                                       "IDFLOW_CONCURRENCY, 4)")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="documents per Prefect task")] = None,
     force: Annotated[bool, typer.Option(help="redo documents already done with the same settings")] = False,
     fallback: Annotated[Optional[str], typer.Option(help="vllm only: none | openai when no server is healthy")] = None,
@@ -146,7 +147,7 @@ def run(
 def sharded(
     input_dir: Annotated[Path, typer.Argument(help="folder of scans on shared storage")],
     out: Annotated[Path, typer.Option("--out", "-o", help="output folder on shared storage")] = Path("out"),
-    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm | hybrid")] = None,
+    backend: Annotated[Optional[str], typer.Option(help=choices(BACKEND_NAMES))] = None,
     shard_size: Annotated[Optional[int], typer.Option(help="files per shard (default IDFLOW_SHARD_SIZE, 2000)")] = None,
     parallel: Annotated[int, typer.Option(help="shards queued or running at once")] = 8,
     deployment: Annotated[str, typer.Option(help="extract deployment the shards run on")] = "extract-folder/shard",
@@ -187,7 +188,7 @@ def print_summary(summary: dict) -> None:
     console.print(f"seen = results + failures + skipped: {verdict}")
     for reason, n in sorted(summary["failures_by_reason"].items()):
         console.print(f"  failure {reason}: {n}")
-    if summary["backend"] == "hybrid":
+    if escalates(summary["backend"]):
         console.print(f"VLM calls saved by the OCR pass: {summary['vlm_calls_saved']} of {summary['results']} results")
     console.print(f"{summary['docs_per_s']} documents/s over {summary['elapsed_s']} s; "
                   f"visual tokens {summary['visual_tokens']}, prompt/completion tokens "
@@ -256,7 +257,7 @@ def show(out: Annotated[Path, typer.Argument(help="output folder of a previous r
 def eval_(
     manifest: Annotated[Path, typer.Argument(help="ground-truth manifest (JSON list with path and fields)")],
     out_dir: Annotated[Optional[Path], typer.Argument(help="where to write report.json")] = None,
-    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm")] = None,
+    backend: Annotated[Optional[str], typer.Option(help=choices(BACKEND_NAMES))] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="documents in flight at once")] = None,
     root: Annotated[Optional[Path], typer.Option(
         help="folder the manifest's paths are relative to (default: the manifest's folder)")] = None,
@@ -308,7 +309,8 @@ def eval_(
 
 @app.command()
 def doctor(
-    backend: Annotated[Optional[str], typer.Option(help="openai | vllm (default: the configured backend)")] = None,
+    backend: Annotated[Optional[str], typer.Option(
+        help=f"{choices(VLM_NAMES)} (default: the configured backend's VLM)")] = None,
     sample: Annotated[Optional[Path], typer.Option(help="a document to use for step 3")] = None,
 ) -> None:
     """Three-step check of the model endpoint (text ping, image arrives, sample returns valid JSON)."""
@@ -322,8 +324,10 @@ def doctor(
         settings = Settings(**({"backend": backend} if backend else {}))
     except ValidationError as exc:
         raise config_error(settings_problems(exc)) from None
-    if settings.backend == "ocr":
-        raise config_error("the embedded ocr backend has no endpoint to check; use --backend openai or vllm")
+    vlm = backend_spec(settings.backend).vlm_of(settings)
+    if vlm is None:
+        raise config_error(f"the {settings.backend} backend has no endpoint to check; use --backend "
+                           f"{' or '.join(VLM_NAMES)}")
     prepared = None
     if sample is not None:
         if not sample.is_file():  # missing, a folder, or a device/FIFO (hashing /dev/zero never ends)
@@ -332,9 +336,9 @@ def doctor(
         prepared = prepare_page(ref, settings.prepare)
         if isinstance(prepared, Failure):
             raise config_error(f"sample {sample} cannot be prepared: {prepared.reason} ({prepared.detail})")
-    if (settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend) == "vllm":  # the whole pool
+    if vlm.pooled:  # every endpoint of the pool
         if settings.vllm.api_key is None:
-            raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
+            raise config_error(VLLM_KEY_MISSING)
         try:
             reports = doctor_pool(settings.vllm, prepare=settings.prepare, sample=prepared)
         except (ValueError, KeyError, OSError) as exc:

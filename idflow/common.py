@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from pipeline.backends.registry import backend_spec
 from pipeline.config import Settings
 from pipeline.masking import redact
 from pipeline.vllm.settings import VllmSettings
@@ -164,26 +165,15 @@ def _range(loc: tuple[Any, ...]) -> str:
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Settings from environment/.env plus CLI overrides; a bad value is a configuration error (exit 2)."""
+    """Settings from environment/.env plus CLI overrides; a bad value, or what the backend's own check finds
+    missing (a key, a model, a pool), is a configuration error (exit 2)."""
     try:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         raise config_error(settings_problems(exc)) from None
-    vlm = settings.hybrid_vlm if settings.backend == "hybrid" else settings.backend
-    if vlm == "openai":
-        key = settings.openai.api_key
-        if (key is None or not key.get_secret_value()) and not os.environ.get("IDFLOW_OPENAI_KEY_BLOCK"):
-            raise config_error("TAOTOKEN_API_KEY is not set (environment, .env, or a Prefect Secret block named "
-                               "in IDFLOW_OPENAI_KEY_BLOCK)")
-        if not settings.openai.model:
-            raise config_error("TAOTOKEN_MODEL is not set: use the model id shown in the provider console")
-    if vlm == "vllm":
-        try:
-            settings.vllm.resolve_pool()
-        except ValueError as exc:
-            raise config_error(str(exc)) from None
-        if settings.vllm.api_key is None:
-            raise config_error("IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)")
+    problem = backend_spec(settings.backend).check(settings)
+    if problem is not None:
+        raise config_error(problem)
     return settings
 
 

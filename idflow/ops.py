@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from idflow.common import config_error, console, load_settings
+from pipeline.backends.registry import BACKEND_NAMES, choices
 from pipeline.inbox import DEFAULT_MARKER, Completion
 
 InboxOption = Annotated[Optional[Path], typer.Option("--inbox", envvar="IDFLOW_INBOX",
@@ -44,7 +45,7 @@ def serve(
     inbox: InboxOption = None,
     out: Annotated[Path, typer.Option("--out", "-o", envvar="IDFLOW_OUT",
                                       help="shared output dataset of all runs")] = Path("out"),
-    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm")] = None,
+    backend: Annotated[Optional[str], typer.Option(help=choices(BACKEND_NAMES))] = None,
     request_limit: Annotated[int, typer.Option(
         min=1, help="model requests in flight across all runs (global concurrency limit, created if missing)")] = 8,
     limit: Annotated[Optional[int], typer.Option(min=1, help="flow runs at once in this process")] = None,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,12 +9,13 @@ import typer
 
 from idflow.common import (config_error, console, engine_errors_to_log, holding_output, load_settings,
                            prefect_api)
+from pipeline.backends.registry import BACKEND_NAMES, choices
 
 
 def retry(
     out: Annotated[Path, typer.Argument(help="output folder whose failure queue to retry")],
-    backend: Annotated[Optional[str], typer.Option(help="ocr | openai | vllm | hybrid [default: the configured "
-                                                        "one], whatever backend recorded the failures")] = None,
+    backend: Annotated[Optional[str], typer.Option(
+        help=f"{choices(BACKEND_NAMES)} [default: the configured one], whatever backend recorded the failures")] = None,
     max_attempts: Annotated[int, typer.Option(help="failed attempts per document at most, the first run "
                                                    "included (internal errors: 2)")] = 3,
     wait: Annotated[bool, typer.Option(help="wait for a run writing OUT instead of refusing (exit 2)")] = False,

@@ -16,13 +16,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.api_keys import clean_api_key
 from pipeline.urls import http_base_url
+from pipeline.backends.registry import BACKEND_NAMES, OCR, OPENAI, VLM_NAMES, backend_spec
 from pipeline.vllm.settings import VllmSettings
 
 # Read through importlib.resources so an installed wheel finds it wherever it runs from (`schemas/` at the
 # repository root is a symlink to this folder, kept for the README's references).
 SCHEMA_PATH = files("pipeline").joinpath("schemas", "id_document.schema.json")
 
-Backend = Literal["ocr", "openai", "vllm", "hybrid"]
+# The registered backend kinds (pipeline.backends.registry); a wrong name is refused listing them.
+Backend = Literal[BACKEND_NAMES]  # type: ignore[valid-type]
+VlmBackend = Literal[VLM_NAMES]  # type: ignore[valid-type]
 
 
 class PrepareSettings(BaseSettings):
@@ -101,11 +104,11 @@ class OpenAISettings(BaseSettings):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="IDFLOW_", env_file=".env", extra="ignore")
 
-    backend: Backend = Field("ocr", description="which backend reads the pages")
+    backend: Backend = Field(OCR.name, description="which backend reads the pages")
     concurrency: int = Field(4, ge=1, le=256, description="documents in flight at once")
     batch_size: int = Field(16, ge=1, le=1024, description="documents per Prefect task")
     flush_every: int = Field(500, ge=1, description="documents per Parquet file; a crash loses at most this many")
-    hybrid_vlm: Literal["openai", "vllm"] = Field("openai", description="the VLM the hybrid backend escalates to")
+    hybrid_vlm: VlmBackend = Field(OPENAI.name, description="the VLM the hybrid backend escalates to")
     # the documented auto-accept threshold: what the OCR alone would not auto-accept is what the model is asked about
     hybrid_threshold: float = Field(0.95, ge=0, le=1, description="OCR field confidence below which hybrid escalates")
     prepare: PrepareSettings = Field(default_factory=PrepareSettings)
@@ -114,28 +117,20 @@ class Settings(BaseSettings):
 
     @property
     def model_name(self) -> str:
-        if self.backend == "ocr":
-            from pipeline.backends.ocr import MODEL_NAME
+        return backend_spec(self.backend).model_id(self)
 
-            return MODEL_NAME
-        vlm = self.hybrid_vlm if self.backend == "hybrid" else self.backend
-        if vlm == "vllm":
-            return self.vllm.served_model
-        return self.openai.model or ""
-
-    def fingerprint(self) -> str:
-        """Hash of everything that can change a result; part of the idempotency key."""
-        material = {
+    def fingerprint_material(self) -> dict[str, object]:
+        """Everything that can change a result: the backend, its model, the schema, the image budget, and what
+        the backend's spec adds (a VLM's prompt; the hybrid's threshold and VLM)."""
+        return {
             "backend": self.backend,
             "model": self.model_name,
             "schema": hashlib.sha256(SCHEMA_PATH.read_bytes()).hexdigest(),
             "prepare": self.prepare.model_dump(),
+            **backend_spec(self.backend).fingerprint_material(self),
         }
-        if self.backend == "hybrid":
-            material["hybrid"] = [self.hybrid_vlm, self.hybrid_threshold]
-        if self.backend != "ocr":
-            from pipeline.prompts import PROMPT_VERSION
 
-            material["prompt"] = [PROMPT_VERSION, self.openai.prompt_lang, self.openai.use_json_schema]
-        blob = json.dumps(material, sort_keys=True).encode()
+    def fingerprint(self) -> str:
+        """Hash of `fingerprint_material()`; part of the idempotency key."""
+        blob = json.dumps(self.fingerprint_material(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

@@ -23,6 +23,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, TypeVar
 
 from pipeline.backends.base import ExtractionBackend
+from pipeline.backends.registry import find_spec
 from pipeline.config import Settings
 from pipeline.crash_journal import CrashJournal
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped
@@ -38,10 +39,14 @@ RequestSlot = Callable[[], AbstractAsyncContextManager[Any]]
 
 _T = TypeVar("_T")
 _DONE = object()  # end of a queue
-# Backends that read `PreparedImage.full_pixels` (the embedded OCR, alone or inside hybrid). For the others a
-# run prepares pages without it, so the up to 2 x `concurrency` pages queued or in flight hold only what is sent
-# (a 2400 px copy is ~11 MB against ~2 MB for a 1 Mpx page).
-FULL_PIXEL_READERS = frozenset({"ocr", "hybrid"})
+
+
+def _reads_full_pixels(backend: ExtractionBackend) -> bool:
+    """Whether the backend's kind reads `PreparedImage.full_pixels` (the embedded OCR, alone or inside hybrid).
+    For the others a run prepares pages without it, so the up to 2 x `concurrency` pages queued or in flight hold
+    only what is sent (a 2400 px copy is ~11 MB against ~2 MB for a 1 Mpx page)."""
+    spec = find_spec(backend.name)
+    return spec is not None and spec.reads_full_pixels
 
 
 def internal_failure(ref: DocumentRef, exc: BaseException, backend: str | None) -> Failure:
@@ -125,7 +130,7 @@ class Engine:
             for _ in range(self.prepare_workers):
                 await todo.put(_DONE)
 
-        keep_full = not extract or self.backend.name in FULL_PIXEL_READERS
+        keep_full = not extract or _reads_full_pixels(self.backend)
 
         async def prepare() -> None:
             while (ref := await todo.get()) is not _DONE:

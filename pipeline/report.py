@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.backends.registry import escalates
 from pipeline.masking import mask_id, mask_name, redact
 
 SAMPLE_COLUMNS = ("source_path", "page", "doc_type", "name", "id_number", "expiry_date", "orientation",
@@ -61,7 +62,7 @@ def summary_markdown(summary: dict[str, Any], *, input_dir: str, out_dir: str) -
     if summary.get("results_by_backend"):
         lines += ["## Results by backend", "", "| backend | results |", "|---|---:|"]
         lines += [f"| `{b}` | {n} |" for b, n in sorted(summary["results_by_backend"].items())]
-        if summary["backend"] == "hybrid":
+        if escalates(summary["backend"]):
             lines.append(f"\nVLM calls saved by the OCR pass: **{summary['vlm_calls_saved']}**")
         lines.append("")
     lines += [

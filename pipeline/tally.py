@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.backends.registry import SETTLED_BY_OCR
 from pipeline.config import Settings
 from pipeline.datamodel import Failure, Record, Skipped
 
@@ -80,7 +81,7 @@ class RunTally:
             "failures_by_reason": dict(self.failures_by_reason),
             "results_by_backend": dict(self.results_by_backend),
             # hybrid: pages the OCR settled alone, i.e. VLM calls not made
-            "vlm_calls_saved": self.results_by_backend.get("hybrid:ocr", 0),
+            "vlm_calls_saved": self.results_by_backend.get(SETTLED_BY_OCR, 0),
             "visual_tokens": self.visual_tokens,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from pipeline.backends.base import ExtractionBackend
+from pipeline.backends.registry import HYBRID, OCR
 from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, FieldReading, PreparedImage
 from pipeline.validate import FATAL_CHECKS, field_errors
+
+if TYPE_CHECKING:
+    from pipeline.config import Settings
+
+PREFIX = f"{HYBRID.name}:"  # a result's `backend` is the half that read it, behind this
 
 
 def passes_checks(reading: Extraction | Failure) -> bool:
@@ -41,7 +48,7 @@ def reconcile(ocr: Extraction | Failure, vlm: Extraction) -> Extraction:
     check = "cross.ocr_vs_vlm"
     agree = isinstance(ocr, Extraction) and all(ocr.fields.get(k) == vlm.fields.get(k) for k in FIELD_NAMES)
     if not passes_checks(ocr):
-        vlm.backend = f"hybrid:{vlm.backend}"
+        vlm.backend = f"{PREFIX}{vlm.backend}"
         if isinstance(ocr, Extraction) and not agree:
             vlm.check_failures = sorted({*vlm.check_failures, check})
         return vlm
@@ -58,7 +65,7 @@ def reconcile(ocr: Extraction | Failure, vlm: Extraction) -> Extraction:
             states[name] = FieldReading(own.value, own.state, min(1.0, own.confidence + 0.2))
         else:
             states[name] = FieldReading(own.value, own.state, own.confidence * 0.5)
-    return replace(ocr, fields=fields, field_states=states, backend=f"hybrid:{vlm.backend}", model=vlm.model,
+    return replace(ocr, fields=fields, field_states=states, backend=f"{PREFIX}{vlm.backend}", model=vlm.model,
                    checks=sorted(set(ocr.checks) | ({check} if agree else set())),
                    check_failures=sorted(set(ocr.check_failures) | ({check} if not agree else set())),
                    raw_response=vlm.raw_response, endpoint=vlm.endpoint, prompt_tokens=vlm.prompt_tokens,
@@ -69,10 +76,16 @@ def reconcile(ocr: Extraction | Failure, vlm: Extraction) -> Extraction:
 class HybridBackend:
     """`ExtractionBackend` composing the OCR backend and a VLM backend (openai or vllm)."""
 
-    name = "hybrid"
+    name = HYBRID.name
 
     def __init__(self, ocr: ExtractionBackend, vlm: ExtractionBackend, *, threshold: float) -> None:
         self._ocr, self._vlm, self._threshold = ocr, vlm, threshold
+
+    @classmethod
+    def from_run_settings(cls, settings: Settings) -> HybridBackend:
+        vlm = HYBRID.vlm_of(settings)
+        assert vlm is not None
+        return cls(OCR.build(settings), vlm.build(settings), threshold=settings.hybrid_threshold)
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
         readings = await self._ocr.extract(batch)
@@ -86,8 +99,8 @@ class HybridBackend:
                 out[i] = answer  # neither could settle the page: the VLM's failure says why
             # else: the VLM failed on a valid but low-confidence OCR reading; the OCR reading stands
         for i, reading in enumerate(out):
-            if isinstance(reading, Extraction) and not reading.backend.startswith("hybrid:"):
-                reading.backend = f"hybrid:{reading.backend}"
+            if isinstance(reading, Extraction) and not reading.backend.startswith(PREFIX):
+                reading.backend = f"{PREFIX}{reading.backend}"
         return out
 
     async def aclose(self) -> None:

@@ -6,7 +6,7 @@ Why it reads in stages (`page_read`): the MRZ band first, then only as much of t
 change the result; and the detector is capped at 1280 px on big pages (`rapidocr_stages`).
 Why it may read a page twice: orientation between 0° and 180° is sometimes a coin flip on sparse cards, so
 when the first reading passes no check and the prepare stage was not sure of the direction
-(`orient.SURE_CONFIDENCE`), the page is read upside down too and the reading whose checksums pass wins (a check
+(`SURE_DIRECTION`), the page is read upside down too and the reading whose checksums pass wins (a check
 digit is stronger evidence than a classifier's vote). A sure direction was never wrong on the rotated
 specimens, and a page with no check to pass (a printed-zone-only document) would otherwise always pay twice.
 Why it may read the MRZ once more: when an MRZ left a field unreadable, failed a check digit or gave a name
@@ -18,22 +18,30 @@ first pass, so it runs only on those pages.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Sequence
 from datetime import date
-from importlib.metadata import version
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pipeline import calibration
 from pipeline.backends import mrz_reread, page_read, rapidocr_stages
+from pipeline.backends.registry import OCR, ocr_model_id
 from pipeline.datamodel import Extraction, Failure, PreparedImage
 from pipeline.fields.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, read_document
 from pipeline.fields.formats import FORMATS
-from pipeline.prepare import orient
 
-MODEL_NAME = f"rapidocr-{version('rapidocr')}-ppocr"
+if TYPE_CHECKING:
+    from pipeline.config import Settings
+
+MODEL_NAME = ocr_model_id()
+# A page whose orientation confidence (from either path of `prepare.orient`) is at least this is taken as settled
+# and read in its prepared direction only. The page classifier's bar (`prepare.orient.PAGE_MIN_CONFIDENCE`):
+# below it, 180-degree errors were seen.
+SURE_DIRECTION = 0.88
 
 _local = threading.local()
 
@@ -123,7 +131,7 @@ def _present(reading: DocumentReading) -> int:
 class OcrBackend:
     """`ExtractionBackend` over the embedded OCR. CPU-bound: pages run in worker threads."""
 
-    name = "ocr"
+    name = OCR.name
 
     def __init__(self, *, workers: int = 1, today: date | None = None, calibrated: bool = True) -> None:
         """`calibrated`: field confidences through the shipped calibration table (`pipeline.calibration`);
@@ -131,6 +139,11 @@ class OcrBackend:
         self._workers = asyncio.Semaphore(workers)
         self._today = today or date.today()
         self._calibration = calibration.shipped() if calibrated else None
+
+    @classmethod
+    def from_run_settings(cls, settings: Settings) -> OcrBackend:
+        # ONNX Runtime already uses every core for one page; more pages at once only oversubscribe the CPU.
+        return cls(workers=max(1, min(settings.concurrency, (os.cpu_count() or 2) // 2)))
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
         return list(await asyncio.gather(*(self._one(p) for p in batch)))
@@ -143,7 +156,7 @@ class OcrBackend:
         """Read one prepared page (blocking; CPU-bound)."""
         started = time.perf_counter()
         pixels = prepared.full_pixels if prepared.full_pixels is not None else prepared.pixels
-        try_flipped = prepared.orientation_confidence < orient.SURE_CONFIDENCE
+        try_flipped = prepared.orientation_confidence < SURE_DIRECTION
         reading, extra_rotation = read_page(pixels, self._today, try_flipped=try_flipped)
         fields = {"doc_type": reading.doc_type, **reading.fields, "orientation": prepared.orientation}
         extraction = Extraction(

@@ -26,7 +26,8 @@ import openai
 from pipeline.backends.answer_parsing import AnswerError, parse_answer
 from pipeline.backends.http_errors import (RequestError, classify, not_a_completion, public_url, redact,
                                            timed_out)
-from pipeline.config import SCHEMA_PATH, OpenAISettings
+from pipeline.backends.registry import OPENAI, OPENAI_URL_SETTING, find_spec
+from pipeline.config import SCHEMA_PATH, OpenAISettings, Settings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
 from pipeline.prepare.resize import encode
 from pipeline.prompts import load_prompt, repair_prompt
@@ -161,11 +162,15 @@ class _Verdict:
 class OpenAICompatBackend:
     """`ExtractionBackend` over an OpenAI-compatible endpoint; see the module docstring for the policy."""
 
-    def __init__(self, settings: OpenAISettings, *, concurrency: int, name: str = "openai",
+    def __init__(self, settings: OpenAISettings, *, concurrency: int, name: str = OPENAI.name,
                  client: openai.AsyncOpenAI | None = None) -> None:
+        """`name`: the backend kind the results are labelled with (a vLLM pool's endpoints say `vllm`); its spec's
+        `url_setting` is the setting a wrong-URL failure's fix quotes (the API's for a name no kind has)."""
         if not settings.model:
             raise ValueError("TAOTOKEN_MODEL is not set: use the model id shown by the provider")
         self.name = name
+        spec = find_spec(name)
+        self.url_setting = spec.url_setting if spec is not None and spec.url_setting else OPENAI_URL_SETTING
         self.settings = settings
         self.model = settings.model
         self.endpoint = public_url(settings.base_url)
@@ -178,6 +183,10 @@ class OpenAICompatBackend:
         self._fatal: RequestError | None = None
         self._prompt = load_prompt(settings.prompt_lang)
         self._rng = random.Random()
+
+    @classmethod
+    def from_run_settings(cls, settings: Settings) -> OpenAICompatBackend:
+        return cls(settings.openai, concurrency=settings.concurrency)
 
     @property
     def json_schema_enabled(self) -> bool:
@@ -318,7 +327,7 @@ class OpenAICompatBackend:
                     max_tokens=self.settings.max_tokens, **extra)
         except openai.OpenAIError as exc:
             error = classify(exc, base_url=self.endpoint, model=self.model, secret=self._secret,
-                             url_setting="IDFLOW_VLLM_ENDPOINTS" if self.name == "vllm" else "TAOTOKEN_BASE_URL")
+                             url_setting=self.url_setting)
             log.debug("attempt failed: %s", error.diagnosis)
             return error
         except TimeoutError:

@@ -30,13 +30,14 @@ from pydantic import SecretStr
 from pipeline.atomic import write_json_atomic
 from pipeline.backends.base import ExtractionBackend
 from pipeline.backends.openai_compat import CircuitBreaker, OpenAICompatBackend
-from pipeline.config import OpenAISettings
+from pipeline.backends.registry import VLLM
+from pipeline.config import OpenAISettings, Settings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
 from pipeline.vllm.settings import VllmSettings
 
 log = logging.getLogger(__name__)
 
-NAME = "vllm"
+NAME = VLLM.name
 # Failures that say the endpoint itself is in trouble (count towards ejection); a 429 or a bad answer proves
 # the server is alive.
 ENDPOINT_DOWN = frozenset({Reason.TIMEOUT, Reason.SERVER_ERROR, Reason.ENDPOINT_UNAVAILABLE})
@@ -106,13 +107,17 @@ class VllmPoolBackend:
                         breaker=CircuitBreaker(pool.eject_after, pool.probe_after_s))
 
     @classmethod
+    def from_run_settings(cls, settings: Settings) -> VllmPoolBackend:
+        return cls.from_settings(settings.vllm, settings.openai, concurrency=settings.concurrency)
+
+    @classmethod
     def from_settings(cls, pool: VllmSettings, request: OpenAISettings, *, concurrency: int) -> VllmPoolBackend:
-        """The pool `make_backend` builds for `--backend vllm`: endpoints from the environment or the pool file,
+        """The pool `--backend vllm` runs on: endpoints from the environment or the pool file,
         the API backend as fallback when `IDFLOW_VLLM_FALLBACK=openai`."""
         config = pool.resolve_pool()
         if pool.api_key is None:
             raise ValueError("IDFLOW_VLLM_API_KEY is not set (the key the servers were started with)")
-        fallback = OpenAICompatBackend(request, concurrency=concurrency) if pool.fallback == "openai" else None
+        fallback = OpenAICompatBackend(request, concurrency=concurrency) if pool.fallback != "none" else None
         from_pool_file = config.source == str(pool.pool_file)
         return cls(config.endpoints, model=config.model, api_key=pool.api_key.get_secret_value(), pool=pool,
                    request=request, fallback=fallback, stats_path=pool.stats_file if from_pool_file else None)

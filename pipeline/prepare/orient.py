@@ -51,9 +51,6 @@ MAX_SKEW_DEG = 15.0  # "small skew" is specified as +-10 deg; margin so a measur
 # wrong (1071/1204); its errors, all 180-degree flips, sat below 0.86. Below 0.88 the detector decides.
 PAGE_SURE_AT_ONCE = 0.92
 PAGE_MIN_CONFIDENCE = 0.88
-# At or above this confidence (either path) the page's direction is taken as settled: the OCR does not also
-# read it upside down when its text passes no check. Same bar as the classifier's: below it errors were seen.
-SURE_CONFIDENCE = PAGE_MIN_CONFIDENCE
 PAGE_CROP = 224  # the classifier's input: centre crop of the page resized to short side 256 (as trained)
 PAGE_SHORT_SIDE = 256
 PAGE_MODEL = "page_orientation.onnx"  # in pipeline/prepare/models/ (see its README)
