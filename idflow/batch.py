@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from idflow.common import config_error, load_settings_pair
+from pipeline.backends.registry import OCR, OPENAI
 from pipeline.config import Settings
 from pipeline.datamodel import Failure, PreparedImage, Record, Skipped
 
@@ -49,7 +50,7 @@ def export(
         raise config_error("no model id: pass --model (the served model name for `vllm run-batch`)")
     # The batch request is the OpenAI-compatible backend's request, so results carry that fingerprint.
     fingerprint = settings.model_copy(update={
-        "backend": "openai", "openai": settings.openai.model_copy(update={"model": model})}).fingerprint()
+        "backend": OPENAI.name, "openai": settings.openai.model_copy(update={"model": model})}).fingerprint()
     summary = asyncio.run(export_requests(_prepared_pages(input_dir, settings), file, request=settings.openai,
                                           model=model, fingerprint=fingerprint))
     typer.echo(f"{summary.requests} requests -> {summary.requests_path}; {summary.failures} pages failed before "
@@ -62,7 +63,7 @@ async def _prepared_pages(input_dir: Path, settings: Settings) -> AsyncIterator[
     from pipeline.engine import Engine
     from pipeline.ingest import Discovery
 
-    async with Engine(settings, make_backend(settings, "ocr")) as engine:
+    async with Engine(settings, make_backend(settings, OCR.name)) as engine:
         async for item in engine.prepared(Discovery(input_dir, settings=settings.prepare).items()):
             if not isinstance(item, Skipped):
                 yield item

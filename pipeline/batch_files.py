@@ -39,6 +39,7 @@ from pipeline.backends.answer_parsing import AnswerError, parse_answer
 from pipeline.backends.http_errors import classify, not_a_completion
 from pipeline.backends.openai_compat import (RAW_LIMIT, encode_jpeg, jpeg_data_url, response_format, usage_tokens,
                                              user_message)
+from pipeline.backends.registry import OPENAI
 from pipeline.config import OpenAISettings, Settings
 from pipeline.datamodel import (DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped, SkipReason,
                                 Stage)
@@ -424,7 +425,7 @@ async def store_import(out: Path, run_id: str, file: Path, recorded: BatchManife
     Parquet parts. Pages that only failed before are not done: their new outcome is stored, as a run tries
     failures again, unless a person has decided on them (final)."""
     # The summary as a run of the export's request would have it (model, prices), then what is the import's.
-    as_run = settings.model_copy(update={"backend": "openai", "openai": settings.openai.model_copy(
+    as_run = settings.model_copy(update={"backend": OPENAI.name, "openai": settings.openai.model_copy(
         update={"model": recorded.model})})
     async with RunSession.open(out, run_id=run_id, settings=as_run, fingerprint=recorded.fingerprint,
                                done=Done.ANY_RESULT, wait=wait, on_wait=on_wait, journal=False) as run:
