@@ -1,7 +1,7 @@
 """The deployment set served by `idflow serve`: `on-upload`, `nightly`, `retry-failures` and `review`.
 
 `deployments/prefect.yaml` declares the same ones for `prefect deploy --all` with a process work pool (plus
-the work-pool-only `shard` and `sharded`); tests/test_deployments.py fails when the two disagree (names,
+the work-pool-only `shard` and `sharded`); tests/unit/test_deployments.py fails when the two disagree (names,
 entrypoints, parameters, schedules, limits, trigger, descriptions).
 """
 

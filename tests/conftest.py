@@ -1,4 +1,9 @@
-"""Shared fixtures. Third-party specimens live outside the repo in ../shared/realdata (never copied in)."""
+"""Shared fixtures, and the tier markers. Third-party specimens live outside the repo in ../shared/realdata (never
+copied in).
+
+Every test lives in one tier folder (tests/README.md): tests/unit, tests/integration or tests/realdata. Each test is
+marked with its folder's name, so `pytest -m unit` selects what `pytest tests/unit` runs.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,17 @@ import pytest
 if TYPE_CHECKING:
     from tests.support.browser import BrowserBinaries
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent  # computed here, not imported: this file must load on its own
+TIERS = ("unit", "integration", "realdata")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the tier folder it lives in (a test outside every tier gets no tier marker)."""
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        parts = item.path.resolve().relative_to(tests).parts if item.path.resolve().is_relative_to(tests) else ()
+        if len(parts) > 1 and parts[0] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[0]))
 
 
 def _realdata_dir() -> Path | None:

@@ -1,0 +1,63 @@
+"""A model's answer is read as a person would read it before it is checked: the PRC check character in lower case,
+full-width digits, and spaces or hyphens between a number's groups no longer send a correct answer to the failure
+queue; a value that is wrong after that still fails."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from pipeline.backends.answer_parsing import normalised, parse_answer
+from pipeline.backends.openai_compat import OpenAICompatBackend
+from pipeline.datamodel import Extraction, Failure, Reason
+from tests.support.chat_server import VALID_ANSWER, ChatServer, ServerConfig
+from tests.integration.test_openai_backend import KEY, make_page, settings_for
+
+PRC = "11010519491231002X"  # MOD 11-2 check character X
+
+
+@pytest.mark.parametrize(("written", "read"), [
+    ("11010519491231002x", PRC),
+    ("１１０１０５１９４９１２３１００２Ｘ", PRC),  # full-width
+    ("110105 19491231 002X", PRC),
+    ("110105-19491231-002x", PRC),
+    ("E 1234\u20115678", "E12345678"),  # a non-breaking hyphen
+])
+def test_document_numbers_lose_what_a_transcription_adds(written: str, read: str) -> None:
+    assert parse_answer(json.dumps({**VALID_ANSWER, "id_number": written}))["id_number"] == read
+
+
+def test_other_values_are_only_tidied() -> None:
+    answer = normalised({"name": "  ＺＨＡＮＧ   SAN ", "expiry_date": "２０３１-０５-０１", "id_number": None,
+                         "doc_type": "passport", "pages": 2})
+    assert answer == {"name": "ZHANG SAN", "expiry_date": "2031-05-01", "id_number": None, "doc_type": "passport",
+                      "pages": 2}
+
+
+def _one(answer: dict) -> Extraction | Failure:
+    async def go() -> Extraction | Failure:
+        with ChatServer(ServerConfig(api_key=KEY, default_answer=answer)) as server:
+            backend = OpenAICompatBackend(settings_for(server), concurrency=1)
+            try:
+                (outcome,) = await backend.extract([make_page(1)])
+            finally:
+                await backend.aclose()
+            return outcome
+
+    return asyncio.run(go())
+
+
+def test_a_lower_case_check_character_is_stored_as_a_result() -> None:
+    answer = {**VALID_ANSWER, "doc_type": "cn_id", "name": "张三", "id_number": "110105-19491231-002x",
+              "expiry_date": "2031-05-01"}
+    outcome = _one(answer)
+    assert isinstance(outcome, Extraction), outcome
+    assert outcome.fields["id_number"] == PRC
+    assert json.loads(outcome.raw_response or "{}")["id_number"] == "110105-19491231-002x"  # the answer as sent
+
+
+def test_a_wrong_number_still_fails_after_tidying() -> None:
+    outcome = _one({**VALID_ANSWER, "doc_type": "cn_id", "id_number": "11010519491231002y"})
+    assert isinstance(outcome, Failure) and outcome.reason == Reason.CHECKSUM_FAILED  # Y is no check character

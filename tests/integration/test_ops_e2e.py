@@ -1,0 +1,234 @@
+"""Operations end to end with real processes on loopback: `prefect server start`, `idflow serve`,
+`idflow watch`; an upload folder with a marker starts an `on-upload` run; `nightly` then does only the folder
+nobody did yet; the Prefect UI shows the run's summary artifact in headless Chromium; `prefect.yaml` deploys.
+
+Slow (server start, OCR runs): generous timeouts; every process is killed in `finally`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.inbox import LEDGER_NAME, STATE_DIR
+from pipeline.store import RESULTS, RUNS
+from flows.watch import STATE_NAME
+from tests.support.browser import Browser, BrowserBinaries
+from tests.support.prefect_server import Stack, prefect_server, wait_for
+from tests.support.paths import REPO
+
+SAMPLES = ("cn_front.jpg", "passport_td3.jpg", "broken.jpg")  # two good documents and one failure
+
+pytestmark = pytest.mark.timeout(1500)
+
+
+@dataclass
+class OpsStack(Stack):
+    inbox: Path
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpsStack]:
+    tmp = tmp_path_factory.mktemp("ops")
+    (tmp / "inbox").mkdir()
+    with prefect_server(tmp, OpsStack, inbox=tmp / "inbox", out=tmp / "out") as stack:
+        yield stack
+
+
+def make_upload(inbox: Path, name: str) -> Path:
+    folder = inbox / name
+    folder.mkdir()
+    for sample in SAMPLES:
+        shutil.copy(REPO / "data" / "sample" / sample, folder / sample)
+    (folder / "_READY").touch()
+    return folder
+
+
+async def _flow_runs(client, deployment: str | None = None, flow: str | None = None) -> list:
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName, FlowFilter, FlowFilterName
+
+    return await client.read_flow_runs(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=[flow])) if flow else None,
+        deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])) if deployment else None)
+
+
+def _final(runs: list) -> list:
+    return [r for r in runs if r.state is not None and r.state.is_final()]
+
+
+@dataclass
+class UploadRun:
+    flow_run_id: str
+    folder: Path
+
+
+@pytest.fixture(scope="module")
+def upload_run(stack: OpsStack) -> UploadRun:
+    """serve + watch, one upload folder: the on-upload run it triggers, finished."""
+    stack.idflow("serve", "serve", "--inbox", str(stack.inbox), "--out", str(stack.out), "--backend", "ocr")
+
+    async def served(client) -> bool:
+        deployment = await client.read_deployment_by_name("extract-folder/on-upload")
+        automations = await client.read_automations_by_name("idflow-upload-ready")
+        return bool(deployment and automations)
+
+    def ready() -> bool:
+        stack.alive("serve")
+        try:
+            return stack.call(served)
+        except Exception:
+            return False
+
+    wait_for(ready, 240, "idflow serve to register its deployments and trigger", every=2)
+    stack.idflow("watch", "watch", str(stack.inbox))
+    # The watcher is up; the folder is created after it started (its first scan also covers the moment before
+    # the OS watch was set; the restart path is unit-tested).
+    wait_for(lambda: "watching " in stack.log("watch") or stack.alive("watch"), 240, "idflow watch to start",
+             every=0.2)
+    folder = make_upload(stack.inbox, "batch-001")
+
+    def finished() -> list:
+        stack.alive("serve")
+        return _final(stack.call(lambda c: _flow_runs(c, deployment="on-upload")))
+
+    runs = wait_for(finished, 900, f"an on-upload run to finish\nserve log:\n{stack.log('serve')}", every=3)
+    assert len(runs) == 1, runs
+    (run,) = runs
+    assert run.state.is_completed(), f"{run.state}\n{stack.log('serve')}"
+    assert run.parameters["input_dir"] == str(folder.resolve())
+    return UploadRun(str(run.id), folder)
+
+
+def test_upload_folder_triggers_one_completed_run_with_outputs_and_artifacts(stack: OpsStack,
+                                                                               upload_run: UploadRun) -> None:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    summary = json.loads((stack.out / RUNS / f"{upload_run.flow_run_id}.json").read_text())
+    assert summary["accounted"] and summary["seen"] == len(SAMPLES) + 1  # + the _READY marker (skipped)
+    assert summary["input_dir"] == str(upload_run.folder.resolve())
+    assert any((stack.out / RESULTS).rglob(f"part-{summary['run_id']}-*.parquet"))
+
+    artifacts = stack.call(lambda c: c.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[upload_run.flow_run_id]))))
+    keys = {a.key for a in artifacts if a.key}
+    assert {"idflow-run-summary", "idflow-outputs"} <= keys, keys
+    assert "progress" in {a.type for a in artifacts}
+
+    run = stack.call(lambda c: c.read_flow_run(upload_run.flow_run_id))
+    assert {"backend:ocr", "on-upload"} <= set(run.tags)
+    state = json.loads((stack.inbox / STATE_NAME).read_text())
+    assert list(state["announced"]) == ["batch-001"]
+    time.sleep(5)  # a second announcement would have started a second run by now
+    assert len(stack.call(lambda c: _flow_runs(c, deployment="on-upload"))) == 1
+
+
+def test_nightly_processes_only_folders_not_done(stack: OpsStack, upload_run: UploadRun) -> None:
+    from prefect.deployments import run_deployment
+
+    stack.stop("watch")  # batch-002 is for nightly alone
+    second = make_upload(stack.inbox, "batch-002")
+    (stack.inbox / "batch-003").mkdir()  # incomplete: no marker
+
+    def run_nightly() -> Any:
+        async def go(_client) -> Any:
+            return await run_deployment("nightly/nightly", timeout=900, poll_interval=3)
+
+        return stack.call(go)
+
+    first = run_nightly()
+    assert first.state.is_completed(), f"{first.state}\n{stack.log('serve')}"
+    extract_runs = stack.call(lambda c: _flow_runs(c, flow="extract-folder"))
+    by_folder: dict[str, list] = {}
+    for r in extract_runs:
+        by_folder.setdefault(Path(r.parameters["input_dir"]).name, []).append(r)
+    assert len(by_folder["batch-001"]) == 1  # the on-upload run; nightly did not redo it
+    (child,) = by_folder["batch-002"]
+    assert child.parent_task_run_id is not None and child.state.is_completed()  # a subflow of nightly
+    assert "batch-003" not in by_folder
+
+    ledger = json.loads((stack.out / STATE_DIR / LEDGER_NAME).read_text())["done"]
+    assert {Path(k).name: v["via"] for k, v in ledger.items()} == {"batch-001": "extract-run",
+                                                                   "batch-002": "nightly"}
+    assert ledger[str(second.resolve())]["run_id"] == str(child.id)
+
+    again = run_nightly()
+    assert again.state.is_completed()
+    assert len(stack.call(lambda c: _flow_runs(c, flow="extract-folder"))) == 2  # nothing processed twice
+
+
+def test_ui_shows_the_summary_artifact(browser_binaries: BrowserBinaries, stack: OpsStack,
+                                      upload_run: UploadRun) -> None:
+    """Headless Chromium (driven by chromedriver) opens the on-upload run's page, clicks the Artifacts tab, sees
+    the summary artifact, opens it and sees the rendered markdown. Screenshots are kept for people to look at
+    (IDFLOW_SCREENSHOT_DIR, default the test's temp folder)."""
+    shots = Path(os.environ.get("IDFLOW_SCREENSHOT_DIR", stack.tmp))
+    shots.mkdir(parents=True, exist_ok=True)
+    with Browser(stack.tmp, browser_binaries) as browser:
+        browser.open(f"{stack.url}/runs/flow-run/{upload_run.flow_run_id}")
+        browser.click(browser.wait_for_element("css selector", "li#artifacts"))
+        wait_for(lambda: "idflow-run-summary" in browser.text(), 60, "the summary artifact on the Artifacts tab")
+        card = browser.wait_for_element("xpath", "//*[normalize-space(text())='idflow-run-summary']")
+        browser.script("arguments[0].scrollIntoView({block: 'center'})", card)
+        browser.screenshot(shots / "flow-run-artifacts.png")
+        browser.click(card)
+        text = wait_for(lambda: (t := browser.text()) and "Cost and speed" in t and t, 60,
+                        "the summary markdown to render")
+        browser.screenshot(shots / "run-summary-artifact.png")
+    assert f"idflow run {upload_run.flow_run_id[:8]}" in text and "Failures by reason" in text
+
+
+def test_retry_failures_deployment_runs_under_the_request_limit(stack: OpsStack, upload_run: UploadRun) -> None:
+    """`idflow serve` created the global request limit; the retry deployment runs (the samples' failures are
+    not retryable, so it resolves nothing and retries nothing)."""
+    from prefect.deployments import run_deployment
+
+    limit = stack.call(lambda c: c.read_global_concurrency_limit_by_name("idflow-requests-ocr"))
+    assert limit.limit == 8
+
+    async def go(_client) -> Any:
+        return await run_deployment("retry-failures/retry-failures", timeout=600, poll_interval=3)
+
+    run = stack.call(go)
+    assert run.state.is_completed(), f"{run.state}\n{stack.log('serve')}"
+    assert run.state.is_completed() and not (stack.out / RUNS / f"{run.id}.json").exists()  # nothing retried
+
+
+def test_prefect_yaml_deploys_to_a_process_pool(stack: OpsStack, upload_run: UploadRun) -> None:
+    """Last: it replaces the served deployments of the same names."""
+    stack.stop("serve")
+    env = {**stack.env, "IDFLOW_INBOX": str(stack.inbox), "IDFLOW_OUT": str(stack.out),
+           "IDFLOW_BACKEND": "ocr", "IDFLOW_TIMEZONE": "Asia/Shanghai"}
+    prefect = str(Path(sys.executable).parent / "prefect")
+    for cmd in ([prefect, "work-pool", "create", "idflow-process", "--type", "process"],
+                [prefect, "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"]):
+        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    async def check(client) -> None:
+        for name in ("extract-folder/on-upload", "nightly/nightly", "retry-failures/retry-failures"):
+            deployment = await client.read_deployment_by_name(name)
+            assert deployment.work_pool_name == "idflow-process"
+            assert deployment.parameters["out_dir"] == str(stack.out)
+        nightly = await client.read_deployment_by_name("nightly/nightly")
+        assert nightly.schedules[0].schedule.cron == "0 2 * * *"
+        assert nightly.schedules[0].schedule.timezone == "Asia/Shanghai"
+        on_upload = await client.read_deployment_by_name("extract-folder/on-upload")
+        automations = [a for a in await client.read_automations()
+                       if a.actions and getattr(a.actions[0], "deployment_id", None) == on_upload.id]
+        assert automations, "the on-upload trigger was not created"
+        trigger = automations[0].trigger
+        assert trigger.match.root == {"prefect.resource.id": "idflow.upload.*"}
+        assert automations[0].actions[0].parameters["input_dir"] == "{{ event.payload.path }}"
+
+    stack.call(check)

@@ -1,0 +1,89 @@
+"""Calibrated confidence: evidence classes, the isotonic fit, the shipped table and the precision/coverage
+report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.calibration import Calibration, evidence_class, shipped
+from pipeline.datamodel import DocumentRef, Extraction, FieldReading
+from pipeline.evaluation import EvalItem, EvalReport, ItemResult
+from tests.support.paths import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+
+import fit_calibration  # noqa: E402
+
+
+def test_evidence_classes_follow_the_checks():
+    mrz_ok = ["mrz.number", "mrz.expiry", "cross.name_mrz_vs_viz"]
+    assert evidence_class("id_number", "passport", mrz_ok, []) == "id_number/mrz.number_passed"
+    assert evidence_class("name", "passport", mrz_ok, []) == "name/mrz.name_vs_printed_passed"
+    assert evidence_class("name", "passport", ["mrz.number"], ["cross.name_mrz_vs_viz"]) == \
+        "name/mrz.name_vs_printed_failed"
+    assert evidence_class("expiry_date", "id_card", ["mrz.number"], ["mrz.expiry"]) == "expiry_date/mrz.expiry_failed"
+    assert evidence_class("name", "unknown", [], []) == "name/printed"
+    assert evidence_class("id_number", "cn_id", ["cn_id.checksum"], []) == "id_number/cn.passed"
+
+
+def test_isotonic_pools_violators_and_is_monotone():
+    points = [(0.1, False), (0.2, True), (0.3, False), (0.5, True), (0.6, True), (0.9, True), (0.95, False)]
+    blocks = fit_calibration.isotonic(points)
+    rates = [right / seen for _, right, seen in blocks]
+    assert rates == sorted(rates)
+    assert sum(seen for _, _, seen in blocks) == len(points)
+    assert blocks[0][0] == 0.1
+
+
+def test_fit_smooths_and_maps_raw_scores():
+    obs = [{"class": "id_number/mrz.number_passed", "raw": 0.9 + i / 1000, "correct": True, "manifest": "t"}
+           for i in range(48)]
+    obs += [{"class": "name/printed", "raw": r, "correct": c, "manifest": "t"}
+            for r, c in ((0.2, False), (0.3, False), (0.4, True), (0.45, True))]
+    cal = Calibration.from_dict(fit_calibration.fit(obs))
+    assert cal.confidence("id_number/mrz.number_passed", 0.95) == pytest.approx(49 / 50)  # never "certain"
+    assert cal.confidence("name/printed", 0.25) < cal.confidence("name/printed", 0.44)
+    assert cal.confidence("expiry_date/unheard_of", 0.99) == 0.9  # unseen class: capped
+
+
+def test_apply_calibrates_present_fields_only():
+    cal = Calibration.from_dict({"unseen_cap": 0.9, "classes": {
+        "id_number/mrz.number_passed": {"edges": [0.0, 0.8], "values": [0.6, 0.998], "counts": [5, 500]}}})
+    ref = DocumentRef(path=Path("x.jpg"), rel_path="x.jpg", sha256="0" * 64)
+    ex = Extraction(ref=ref, fields={"doc_type": "passport", "id_number": "X1", "name": None, "expiry_date": None},
+                    backend="ocr", model="m", checks=["mrz.number"],
+                    field_states={"id_number": FieldReading("X1", "present", 0.85),
+                                  "name": FieldReading(None, "unreadable", 0.0),
+                                  "expiry_date": FieldReading.absent()})
+    out = cal.apply(ex)
+    assert out.field_states["id_number"].confidence == 0.998
+    assert out.field_states["name"] == ex.field_states["name"]
+    assert out.field_states["expiry_date"].confidence == 1.0
+
+
+def test_shipped_table_is_monotone_and_bounded():
+    table = shipped()
+    assert table.curves, "the shipped table has no fitted classes"
+    for name, curve in table.curves.items():
+        assert list(curve.values) == sorted(curve.values), name
+        assert all(0.0 <= v < 1.0 for v in curve.values), name
+        assert list(curve.edges) == sorted(curve.edges), name
+
+
+def _result(confidence: float, right: bool) -> ItemResult:
+    item = EvalItem(path=Path("x"), rel_path="x", page=0, truth={}, condition="clean")
+    return ItemResult(item, {}, {"name": right, "id_number": True, "expiry_date": True}, [], confidence, None)
+
+
+def test_precision_coverage_curve_and_operating_point():
+    results = [_result(0.999, True)] * 6 + [_result(0.99, True)] * 2 + [_result(0.9, False), _result(0.5, True)]
+    report = EvalReport(results)
+    curve = report.precision_coverage()
+    assert curve[0] == (0.999, 0.6, 1.0)
+    assert curve[1] == (0.99, 0.8, 1.0)
+    assert curve[2][2] == pytest.approx(8 / 9)
+    assert report.operating_point() == (0.99, 0.8, 1.0)
+    assert EvalReport([_result(0.99, False)]).operating_point() is None

@@ -1,0 +1,94 @@
+"""CLI contract: configuration errors exit 2 before any work starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from idflow.cli import app
+
+
+def test_missing_input_folder_is_a_configuration_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "does not exist" in " ".join(result.output.split())
+    assert not (tmp_path / "out").exists()
+
+
+def test_openai_without_key_or_model_exits_2_before_work(tmp_path: Path, monkeypatch) -> None:
+    for var in ("TAOTOKEN_API_KEY", "IDFLOW_OPENAI_API_KEY", "IDFLOW_OPENAI_KEY_BLOCK", "TAOTOKEN_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env here
+    result = CliRunner().invoke(app, ["run", str(tmp_path), "--backend", "openai", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "TAOTOKEN_API_KEY" in result.output
+    monkeypatch.setenv("TAOTOKEN_API_KEY", "  sk-padded-key-0000000000  ")
+    result = CliRunner().invoke(app, ["run", str(tmp_path), "--backend", "openai", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "TAOTOKEN_MODEL" in result.output
+    assert "sk-padded" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key", ["sk-broken-3e1d9a\nX-Extra: 1", "sk-broken-3e1d9a\u200b", "sk-broken 3e1d9a"])
+def test_a_key_that_cannot_be_sent_is_a_configuration_error_naming_no_value(tmp_path: Path, monkeypatch,
+                                                                            key: str) -> None:
+    # Sent as it is, the HTTP library would refuse the header and quote it, key included, as a retryable outage.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TAOTOKEN_API_KEY", key)
+    monkeypatch.setenv("TAOTOKEN_MODEL", "test-vlm")
+    for command in (["run", str(tmp_path), "--backend", "openai", "--out", str(tmp_path / "out")],
+                    ["doctor", "--backend", "openai"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2 and "TAOTOKEN_API_KEY" in result.output, result.output
+        assert "whitespace, control or non-ASCII" in " ".join(result.output.split())
+        assert "3e1d9a" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_input_folder_as_output_is_a_configuration_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", str(tmp_path), "--out", str(tmp_path / "." / "")])
+    assert result.exit_code == 2 and "--out is the input folder itself" in " ".join(result.output.split())
+    assert not (tmp_path / "results").exists()
+
+
+def test_an_input_folder_whose_name_is_not_utf8_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/in-\xff"))
+    folder.mkdir()
+    result = CliRunner().invoke(app, ["run", str(folder), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "not UTF-8" in " ".join(result.output.split()), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_eval_names_files_the_manifest_lists_but_are_not_there(tmp_path: Path) -> None:
+    (tmp_path / "scans").mkdir()
+    (tmp_path / "scans" / "a.jpg").write_bytes(b"x")
+    manifest = tmp_path / "truth.json"
+    manifest.write_text('[{"path": "a.jpg", "name": null, "id_number": null, "expiry_date": null}]')
+    result = CliRunner().invoke(app, ["eval", str(manifest)])
+    assert result.exit_code == 2 and "1 of the manifest's 1 files" in " ".join(result.output.split())
+    assert "--root" in result.output
+
+
+def test_unknown_backend_is_a_configuration_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", str(tmp_path), "--backend", "gpt", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+
+
+def test_dask_without_the_extra_names_the_extra(tmp_path: Path, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "prefect_dask", None)  # what Python does for a package that is not there
+    result = CliRunner().invoke(app, ["run", str(tmp_path), "--dask", "local:1", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "pip install 'idflow[dask]'" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_vllm_commands_name_a_bad_setting_without_its_value(tmp_path: Path, monkeypatch) -> None:
+    from idflow.vllm import vllm_app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("IDFLOW_VLLM_PORT_BASE", "sk-pasted-here-4f9a2c")  # a key pasted into the wrong variable
+    result = CliRunner().invoke(vllm_app, ["status"])
+    assert result.exit_code == 2 and "port_base" in result.output
+    assert "sk-pasted" not in result.output and "4f9a2c" not in result.output

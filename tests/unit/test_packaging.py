@@ -1,0 +1,37 @@
+"""What the wheel must carry (the full check, build + fresh venv + run elsewhere, is .ci/check_wheel)."""
+
+from __future__ import annotations
+
+import tomllib
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pipeline
+from pipeline.config import SCHEMA_PATH
+from pipeline.prompts import load_prompt
+from tests.support.paths import REPO
+
+PACKAGE = Path(pipeline.__file__).resolve().parent
+
+
+def test_runtime_files_are_package_data_and_the_root_schemas_folder_is_no_copy() -> None:
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    runtime = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*")
+               if p.is_file() and p.suffix not in (".py", ".pyc")]
+    assert runtime and all(any(fnmatch(f, pattern) for pattern in package_data["pipeline"]) for f in runtime), runtime
+    assert Path(str(SCHEMA_PATH)).resolve().parent == PACKAGE / "schemas"
+    assert (REPO / "schemas").is_symlink() and (REPO / "schemas").resolve() == PACKAGE / "schemas"
+    assert load_prompt("en") and SCHEMA_PATH.read_text(encoding="utf-8").startswith("{")
+
+
+def test_the_orientation_model_is_in_the_package_with_the_hash_its_provenance_gives() -> None:
+    """The model is committed (a fresh clone runs with no fetch step); the file, the refresh script and the models
+    README name the same SHA-256, so a refreshed or damaged file is noticed."""
+    import hashlib
+    import re
+
+    model = PACKAGE / "prepare" / "models" / "page_orientation.onnx"
+    script = (REPO / "tools" / "fetch_page_orientation_model.py").read_text(encoding="utf-8")
+    expected = re.search(r'^SHA256 = "([0-9a-f]{64})"', script, re.M)
+    assert expected and hashlib.sha256(model.read_bytes()).hexdigest() == expected.group(1)
+    assert expected.group(1) in (model.parent / "README.md").read_text(encoding="utf-8")
