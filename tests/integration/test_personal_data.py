@@ -15,7 +15,8 @@ from tests.support.chat_server import VALID_ANSWER, ChatServer, ServerConfig
 from tests.support.idflow_process import idflow, no_server_left, run_env, unique_scans
 
 KEY = "sk-personal-3c9e1a7f5b2d8e64"
-NUMBER = "g73519246q"  # an answer's document number, lower case so the schema rejects and quotes it
+NUMBER = "73519246_q"  # an answer's document number with a character no transcription tidying removes: the schema
+# rejects and quotes it
 FILE_NUMBER = "E86420975"  # a document number in a file name
 SECRETS = ("73519246", "86420975", KEY)
 
