@@ -26,13 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.backends.ocr import OcrBackend  # noqa: E402
 from pipeline.calibration import Calibration, evidence_class  # noqa: E402
+from pipeline.calibration_fit import fit  # noqa: E402
 from pipeline.config import Settings  # noqa: E402
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure  # noqa: E402
 from pipeline.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise  # noqa: E402
 from pipeline.ingest import sha256_file  # noqa: E402
 from pipeline.prepare import prepare_page  # noqa: E402
-
-UNSEEN_CAP = 0.9
 
 
 def observe(manifest: Path, today: date, limit: int | None = None) -> list[dict]:
@@ -78,41 +77,6 @@ def check(table: Calibration, report: Path) -> EvalReport:
         item = EvalItem(path=Path(d["path"]), rel_path=d["path"], page=0, truth={}, condition=d["condition"])
         results.append(ItemResult(item, {}, d["correct"], [], conf, d["failure"]))
     return EvalReport(results)
-
-
-def isotonic(points: list[tuple[float, bool]]) -> list[tuple[float, int, int]]:
-    """Pool adjacent violators over (raw, right) sorted by raw: blocks (lowest raw, right, seen) whose
-    right/seen ratio is non-decreasing."""
-    blocks: list[list[float]] = []  # [lowest raw, right, seen]
-    for raw, right in sorted(points):
-        if blocks and blocks[-1][0] == raw:
-            blocks[-1][1] += right
-            blocks[-1][2] += 1
-        else:
-            blocks.append([raw, float(right), 1.0])
-        while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
-            _, k, n = blocks.pop()
-            blocks[-1][1] += k
-            blocks[-1][2] += n
-    return [(b[0], int(b[1]), int(b[2])) for b in blocks]
-
-
-def fit(observations: list[dict]) -> dict:
-    classes: dict[str, list[tuple[float, bool]]] = {}
-    for o in observations:
-        classes.setdefault(o["class"], []).append((float(o["raw"]), bool(o["correct"])))
-    table = {}
-    for name, points in sorted(classes.items()):
-        blocks = isotonic(points)
-        values, best = [], 0.0
-        for _, right, seen in blocks:
-            best = max(best, (right + 1) / (seen + 2))  # smoothing can break monotonicity: keep it
-            values.append(round(best, 4))
-        table[name] = {"edges": [0.0] + [b[0] for b in blocks[1:]], "values": values,
-                       "counts": [b[2] for b in blocks]}
-    return {"version": 1, "unseen_cap": UNSEEN_CAP,
-            "fitted_on": sorted({f"{o['manifest']}" for o in observations}),
-            "observations": len(observations), "classes": table}
 
 
 def main(argv: list[str] | None = None) -> int:

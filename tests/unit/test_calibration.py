@@ -3,19 +3,14 @@ report."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from pipeline import calibration_fit as fit_calibration
 from pipeline.calibration import Calibration, evidence_class, shipped
 from pipeline.datamodel import DocumentRef, Extraction, FieldReading
 from pipeline.evaluation import EvalItem, EvalReport, ItemResult
-from tests.support.paths import REPO
-
-sys.path.insert(0, str(REPO / "tools"))
-
-import fit_calibration  # noqa: E402
 
 
 def test_evidence_classes_follow_the_checks():
