@@ -7,7 +7,9 @@ and a retry run in other processes would each fill it. One named limit per backe
 
 from __future__ import annotations
 
+import asyncio
 import time
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -24,19 +26,25 @@ def request_limit_name(backend: str) -> str:
 
 RECHECK_S = 60.0  # how long a lookup is trusted (long-lived processes, e.g. Dask workers, see a new limit)
 _EXISTS: dict[tuple[str, str], tuple[bool, float]] = {}  # (API URL, limit name) -> (exists, when looked up)
+# one lookup at a time per limit and event loop (a lock belongs to the loop it first waited in)
+_LOOKUPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], asyncio.Lock]] = \
+    weakref.WeakKeyDictionary()
 
 
 async def _limit_exists(name: str) -> bool:
+    """Whether the limit exists, looked up once per `RECHECK_S`: the first requests of a run all ask at once, and
+    each lookup opens a Prefect client (a TLS context and a connection), so one asks and the others wait for it."""
     key = (str(PREFECT_API_URL.value()), name)
-    known = _EXISTS.get(key)
-    if known is None or time.monotonic() - known[1] > RECHECK_S:
-        async with get_client() as client:
-            try:
-                await client.read_global_concurrency_limit_by_name(name)
-                known = (True, time.monotonic())
-            except ObjectNotFound:
-                known = (False, time.monotonic())
-        _EXISTS[key] = known
+    async with _LOOKUPS.setdefault(asyncio.get_running_loop(), {}).setdefault(key, asyncio.Lock()):
+        known = _EXISTS.get(key)
+        if known is None or time.monotonic() - known[1] > RECHECK_S:
+            async with get_client() as client:
+                try:
+                    await client.read_global_concurrency_limit_by_name(name)
+                    known = (True, time.monotonic())
+                except ObjectNotFound:
+                    known = (False, time.monotonic())
+            _EXISTS[key] = known
     return known[0]
 
 
