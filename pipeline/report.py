@@ -44,7 +44,7 @@ def conflicts_line(summary: dict[str, Any]) -> str | None:
         return None
     others = conflicts.get("other_records", 0)
     numbers = ", ".join(conflicts.get("numbers", []))
-    line = (f"number conflicts: {conflicts['records']} records of this run"
+    line = (f"number conflicts: {conflicts['records']} of this run's records"
             f"{f' and {others} of other runs' if others else ''} have a document number that another document "
             f"shows with another name or expiry date ({numbers}); none is auto-accepted: see the review page")
     return redact(line)  # the numbers are masked in the summary already; masked again, as every message

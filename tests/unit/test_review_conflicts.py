@@ -117,6 +117,6 @@ def test_the_summary_line_holds_masked_numbers_only(tmp_path: Path) -> None:
     result(tmp_path, "b.jpg", "r2", name="LARSSON EVA")
     summary = {"number_conflicts": run_conflicts(tmp_path, {"r2"})}
     line = conflicts_line(summary)
-    assert line is not None and "1 records of this run and 1 of other runs" in line and "UT*****26" in line
+    assert line is not None and "1 of this run's records and 1 of other runs" in line and "UT*****26" in line
     assert NUMBER not in line and NUMBER not in json.dumps(summary)
     assert conflicts_line({"number_conflicts": {"records": 0}}) is None and conflicts_line({}) is None
