@@ -125,13 +125,12 @@ def _expiry(value: Any, long_term: bool | None) -> str | None:
 
 
 def _latest_per_document(table: pa.Table) -> pa.Table:
-    """The latest row of each document (`key` column added), in Arrow: sort by key and time, keep each key's last."""
-    key = pc.binary_join_element_wise(table["sha256"], pc.cast(table["page"], pa.string()), ":")
-    table = table.append_column("key", key).sort_by([("key", "ascending"), ("processed_at", "ascending")])
-    keys = table["key"].combine_chunks()
-    if len(keys) < 2:
+    """The latest row of each document, in Arrow: sorted by document and time, each document's last row kept."""
+    table = table.sort_by([("sha256", "ascending"), ("page", "ascending"), ("processed_at", "ascending")])
+    if table.num_rows < 2:
         return table
-    last = pc.not_equal(keys.slice(0, len(keys) - 1), keys.slice(1))
+    sha, page, n = table["sha256"].combine_chunks(), table["page"].combine_chunks(), table.num_rows
+    last = pc.or_(pc.not_equal(sha.slice(0, n - 1), sha.slice(1)), pc.not_equal(page.slice(0, n - 1), page.slice(1)))
     return table.filter(pa.concat_arrays([last, pa.array([True])]))
 
 
@@ -170,7 +169,7 @@ def _machine_readings(out_dir: Path, also: Collection[str]) -> list[Reading]:
     shared = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
     wanted = pa.concat_arrays([shared, pa.array(sorted(set(also)), pa.string())])
     rows = table.filter(pc.is_in(groups, value_set=wanted)).to_pylist()
-    return [Reading(key=r["key"], source_path=r["source_path"], run_id=r["run_id"], doc_type=r["doc_type"],
+    return [Reading(key=f"{r['sha256']}:{r['page']}", source_path=r["source_path"], run_id=r["run_id"], doc_type=r["doc_type"],
                     id_number=comparable_number(r["id_number"]), name=r["name"],
                     expiry=_expiry(r["expiry_date"], r["expiry_long_term"]), by_person=False) for r in rows]
 
