@@ -120,3 +120,15 @@ def test_the_summary_line_holds_masked_numbers_only(tmp_path: Path) -> None:
     assert line is not None and "1 of this run's records and 1 of other runs" in line and "UT*****26" in line
     assert NUMBER not in line and NUMBER not in json.dumps(summary)
     assert conflicts_line({"number_conflicts": {"records": 0}}) is None and conflicts_line({}) is None
+
+
+def test_the_prefect_form_says_which_fields_disagree_never_their_values(tmp_path: Path) -> None:
+    from flows.review import _describe
+
+    result(tmp_path, "a.jpg", "r1")
+    result(tmp_path, "b.jpg", "r2", name="LARSSON EVA")
+    write_run_summary(tmp_path, {"run_id": "r2", "input_dir": str(tmp_path), "accounted": True})
+    item = next(i for i in build_queue(tmp_path, "r2", thumbnails=False).items if i.source_path == "b.jpg")
+    text = _describe(item, tmp_path / "page.html", 1, 2, [], item.machine_values())
+    assert "number_conflict" in text and "the same number is on 1 other document(s) with another name" in text
+    assert NUMBER not in text and "ERIKSSON" not in text and "LARSSON" not in text
