@@ -3,7 +3,8 @@
 Children are `extract-folder` subflows (called from this flow), so the UI shows one nightly run with one child
 per folder, each with its own artifacts. A folder is marked done in `OUT/state/folders.json` only after its
 child finished with every document accounted for; a failed child leaves the folder for the next night and
-fails this run, so the morning view shows it.
+fails this run, so the morning view shows it. Each run first reads the drift canary (`flows.canary`, when
+IDFLOW_CANARY_DIR is set): known-answer documents scored in memory, outside OUT's results and accounting.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 
+from flows.canary import drift_canary
 from flows.extract import extract_folder
 from pipeline.config import Settings
 from pipeline.inbox import Completion, FolderLedger, folder_key, is_text, nightly_markdown, plan_nightly
@@ -52,6 +54,7 @@ async def nightly(inbox: str, out_dir: str, backend: str = "ocr", marker: str = 
     """
     install_masking("prefect", "prefect.flow_runs", "prefect.task_runs")
     logger = get_run_logger()
+    canary = await drift_canary(out_dir, backend)
     out = Path(out_dir)
     ledger = FolderLedger.load(out)
     plan = plan_nightly(Path(inbox), ledger, Completion(marker, quiet_seconds), await _folders_in_flight())
@@ -92,4 +95,5 @@ async def nightly(inbox: str, out_dir: str, backend: str = "ocr", marker: str = 
     if not_done:
         raise RuntimeError(f"{len(not_done)} upload folders were not finished; see the nightly artifact")
     return {"done": [f.name for f in plan.todo], "already_done": [f.name for f in plan.already_done],
-            "in_flight": [f.name for f in plan.in_flight], "incomplete": [f.name for f in plan.incomplete]}
+            "in_flight": [f.name for f in plan.in_flight], "incomplete": [f.name for f in plan.incomplete],
+            "canary": canary}

@@ -392,6 +392,9 @@ def _describe(item: ReviewItem, page: Path, number: int, total: int, problems: l
         lines.append(f"- least sure field: {name.replace('_', ' ')} ({view.state}, confidence {item.confidence:.3f})")
     if item.check_failures:
         lines.append(f"- failed checks: {', '.join(item.check_failures)}")
+    if item.conflict is not None:  # which fields disagree, never their values (those are on the review page)
+        lines.append(f"- the same number is on {len(item.conflict.disagreements)} other document(s) with another "
+                     f"{' and '.join(f.replace('_', ' ') for f in item.conflict.fields)}")
     if values.get("id_number"):
         lines.append(f"- number in the form: `{mask_id(values['id_number'])}`")
     lines += [f"- document `{(item.sha256 or '')[:12]}` page {(item.page or 0) + 1}", "",

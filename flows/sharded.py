@@ -205,6 +205,7 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
             shard.manifest = write_shard(out, run_id, root, shard)
             running.append(asyncio.create_task(one(shard)))
         outcomes = await asyncio.gather(*running)
+        run.conflict_runs = {o.summary["run_id"] for o in outcomes if o.summary is not None}
         run.summary_extra.update(input_dir=str(root), out_dir=str(out))
         run.summarize = lambda own: merge_summaries(own, outcomes)
     summary = run.summary

@@ -39,7 +39,7 @@ from pipeline.backends.registry import BACKEND_NAMES, VLM_NAMES, VLLM_KEY_MISSIN
 from pipeline.config import Settings
 from pipeline.inbox import is_text
 from pipeline.masking import mask_id, redact
-from pipeline.report import CONSOLE_COLUMNS, masked_rows
+from pipeline.report import CONSOLE_COLUMNS, conflicts_line, masked_rows
 from pipeline.store import OutputUnreadable, check_parts, readable_path
 
 # pretty_exceptions off: an unforeseen error reaches `main`, which prints its traceback masked (typer's own printed
@@ -188,6 +188,8 @@ def print_summary(summary: dict) -> None:
     console.print(f"seen = results + failures + skipped: {verdict}")
     for reason, n in sorted(summary["failures_by_reason"].items()):
         console.print(f"  failure {reason}: {n}")
+    if line := conflicts_line(summary):
+        console.print(line, markup=False)
     if escalates(summary["backend"]):
         console.print(f"VLM calls saved by the OCR pass: {summary['vlm_calls_saved']} of {summary['results']} results")
     console.print(f"{summary['docs_per_s']} documents/s over {summary['elapsed_s']} s; "

@@ -37,6 +37,19 @@ def masked_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], limit: int
     return out
 
 
+def conflicts_line(summary: dict[str, Any]) -> str | None:
+    """One line on the run's number conflicts (numbers masked in the summary already), or None without any."""
+    conflicts = summary.get("number_conflicts") or {}
+    if not conflicts.get("records"):
+        return None
+    others = conflicts.get("other_records", 0)
+    numbers = ", ".join(conflicts.get("numbers", []))
+    line = (f"number conflicts: {conflicts['records']} of this run's records"
+            f"{f' and {others} of other runs' if others else ''} have a document number that another document "
+            f"shows with another name or expiry date ({numbers}); none is auto-accepted: see the review page")
+    return redact(line)  # the numbers are masked in the summary already; masked again, as every message
+
+
 def summary_markdown(summary: dict[str, Any], *, input_dir: str, out_dir: str) -> str:
     """The run summary as markdown: counts, the accounting check, failures by reason, tokens, speed."""
     lines = [
@@ -51,6 +64,8 @@ def summary_markdown(summary: dict[str, Any], *, input_dir: str, out_dir: str) -
         f"{'yes' if summary['accounted'] else '**NO**'} |",
         "",
     ]
+    if line := conflicts_line(summary):
+        lines += [line, ""]
     if summary["failures_by_reason"]:
         lines += ["## Failures by reason", "", "| reason | count |", "|---|---:|"]
         lines += [f"| `{r}` | {n} |" for r, n in sorted(summary["failures_by_reason"].items())]

@@ -2,8 +2,10 @@
 folder, in the order a reviewer should take them (`ReviewQueue.items`).
 
 Order, most in need of a person first: failures the machine will never fix (not retryable), then records
-below the threshold (least confident first), then retryable failures (the retry flow tries those again
-first), and last what is settled already (a person decided, or a later run produced a result).
+whose number another document of OUT shows with another name or expiry date (`pipeline.review.conflicts`; each
+such pair side by side), then records below the threshold (least confident first), then retryable failures (the
+retry flow tries those again first), and last what is settled already (a person decided, or a later run produced
+a result). A record in such a conflict is listed whatever its confidence: it is never auto-accepted.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pipeline.config import PrepareSettings
 from pipeline.datamodel import FIELD_NAMES, Reason
 from pipeline.failure_queue import current_failures, input_dirs
 from pipeline.prepare import Orientation
+from pipeline.review.conflicts import CONFLICT_REASON, Conflict, find_conflicts
 from pipeline.review.corrections import latest_corrections
 from pipeline.review.thumbnails import Thumbnail, locate, thumbnail
 from pipeline.store import (FAILURES, RESULTS, RUNS, latest_results, latest_run_summary, read_table, run_input_dir,
@@ -73,9 +76,13 @@ REASON_TEXT: dict[str, str] = {
     "no_fields_found": "No name, document number or expiry date was found on the page.",
     "internal_error": "idflow itself failed on this document (a bug); it is kept here so it is not lost.",
     "low_confidence": "Read and valid, but the least sure field is below the auto-accept threshold.",
+    CONFLICT_REASON: "Another document in this output folder has the same number with another name or expiry "
+                     "date: one of them is misread, or the number is used twice. Check both.",
 }
+# The reasons of records a person sees (the others are failure reason codes).
+RECORD_REASONS: tuple[str, ...] = ("low_confidence", CONFLICT_REASON)
 
-Kind = Literal["failure", "low_confidence"]
+Kind = Literal["failure", "low_confidence", "conflict"]
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,7 @@ class ReviewItem:
     source_path: str
     sha256: str | None
     page: int | None
-    reason: str  # failure reason code, or "low_confidence"
+    reason: str  # failure reason code, or one of RECORD_REASONS
     stage: str | None
     detail: str | None
     retryable: bool
@@ -109,6 +116,7 @@ class ReviewItem:
     file_name: str = ""  # the relative path as the file system has it (`source_path` is its readable text)
     run_id: str | None = None  # the run that made the record or the (latest) failure
     turned: Orientation | None = None  # how the run turned a record's page (None: a failure, found again)
+    conflict: Conflict | None = None  # the other documents with this record's number and other values
 
     @property
     def key(self) -> str | None:
@@ -144,6 +152,8 @@ class ReviewItem:
             group = 2 if self.retryable else 0
         else:
             group = 1
+        if self.conflict is not None and not self.settled:  # first among the records, a pair side by side
+            return group, -1.0, f"{self.conflict.reading.group}\0{self.source_path}", self.page or 0
         return group, self.confidence if self.confidence is not None else 0.0, self.source_path, self.page or 0
 
     def machine_values(self) -> dict[str, str | None]:
@@ -211,6 +221,18 @@ def _result_item(row: dict[str, Any], confidence: float) -> ReviewItem:
                       file_name=source_file_name(row), run_id=row["run_id"], turned=_turned(row))
 
 
+def _record_item(row: dict[str, Any], limit: float, conflicts: dict[str, Conflict]) -> ReviewItem | None:
+    """A record as a person should see it: flagged for its number's conflict, or below the threshold; None when
+    it is auto-accepted."""
+    confidence = record_confidence(row)
+    conflict = conflicts.get(f"{row['sha256']}:{row['page']}")
+    if conflict is None:
+        return _result_item(row, confidence) if confidence < limit else None
+    item = _result_item(row, confidence)
+    item.kind, item.reason, item.detail, item.conflict = "conflict", CONFLICT_REASON, conflict.detail(), conflict
+    return item
+
+
 def _turned(row: dict[str, Any]) -> Orientation | None:
     """The rotation and skew a record's run applied (None when the row does not say)."""
     if row.get("rotation_applied") is None or row.get("skew_corrected") is None:
@@ -263,15 +285,19 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
         records = own.to_pylist() if own is not None else []
         failures = own_failures.to_pylist() if own_failures is not None else []
     confidences = [record_confidence(row) for row in records]
-    items = [_result_item(row, c) for row, c in zip(records, confidences) if c < limit]
+    conflicts = find_conflicts(out_dir)
+    items = [item for row in records if (item := _record_item(row, limit, conflicts)) is not None]
     listed = {i.key for i in items}
+    for partner in _partners(items, conflicts, latest, listed):  # a run's page shows both sides of a conflict
+        items.append(partner)
+        listed.add(partner.key)
     for row in failures:
         item = _failure_item(row)
         later = latest.get(item.key or "")
         if later is not None and later["processed_at"] < row["failed_at"]:
             later = None  # a result from before the failure (a forced re-run failed it) settles nothing
-        if later is not None and item.key not in listed and (confidence := record_confidence(later)) < limit:
-            item = _result_item(later, confidence)  # settled by a machine only if it would be auto-accepted
+        if later is not None and item.key not in listed and (record := _record_item(later, limit, conflicts)):
+            item = record  # settled by a machine only if it would be auto-accepted
         elif later is not None:
             item.resolved_by_run = later["run_id"]
         if item.key is None or item.key not in listed:
@@ -295,6 +321,19 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
             item.thumbnail = Thumbnail(None, f"no picture: only the first {MAX_PICTURES} documents are pictured")
     return ReviewQueue(out_dir=out_dir, run_id=run, threshold=limit, summary=summary, items=items,
                        results=len(confidences), confidences=confidences, whole_out=whole_out)
+
+
+def _partners(items: list[ReviewItem], conflicts: dict[str, Conflict], latest: dict[str, dict[str, Any]],
+              listed: set[str | None]) -> list[ReviewItem]:
+    """The flagged machine records that listed records conflict with and that are not listed yet (made by other
+    runs)."""
+    partners: dict[str, ReviewItem] = {}
+    for item in items:
+        for disagreement in item.conflict.disagreements if item.conflict else ():
+            key = disagreement.other.key
+            if key in conflicts and key in latest and key not in listed and key not in partners:
+                partners[key] = _record_item(latest[key], 0.0, conflicts)  # type: ignore[assignment]
+    return list(partners.values())
 
 
 def _thumbnail(item: ReviewItem, folders: list[Path], settings: PrepareSettings) -> Thumbnail:

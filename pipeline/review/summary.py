@@ -31,7 +31,9 @@ def review_markdown(queue: ReviewQueue, page_uri: str) -> str:
              f"- needs a person: **{len(queue.open_items)}** of {len(queue.items)} listed "
              f"({sum(1 for i in queue.items if i.kind == 'failure')} failures, "
              f"{sum(1 for i in queue.items if i.kind == 'low_confidence')} records below the auto-accept "
-             f"threshold {queue.threshold:g}); already settled: {len(queue.items) - len(queue.open_items)}",
+             f"threshold {queue.threshold:g}, {sum(1 for i in queue.items if i.kind == 'conflict')} records whose "
+             f"number another document shows with other values); already settled: "
+             f"{len(queue.items) - len(queue.open_items)}",
              f"- review page (inside the output folder, personal data): [{page_uri}]({page_uri})", ""]
     if reasons:
         most = max(reasons.values())

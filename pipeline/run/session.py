@@ -5,7 +5,9 @@ import, the sharded parent) runs inside `RunSession.open`, so the order that kee
 once: take OUT's lock before reading what is done (two runs never both extract a document), journal the pages
 being prepared (a page that kills the process is prepared alone next time), buffer rows into atomic Parquet parts,
 flush them even when the run stops on an error (what was extracted is kept), move the results the writer could not
-store to the failures before counting, and write `runs/<run_id>.json` only for a run that finished.
+store to the failures before counting, and write `runs/<run_id>.json` only for a run that finished. The summary
+counts the run's records whose document number another document of OUT shows with another name or expiry date
+(`pipeline.review.conflicts`), found once the run's parts are written, under the lock.
 
 No Prefect here: flows pass a logger-like `on_wait` and do their publishing after the session closes.
 
@@ -28,6 +30,7 @@ from pipeline.config import Settings
 from pipeline.crash_journal import CrashJournal
 from pipeline.datamodel import Failure, Record, Skipped
 from pipeline.output_lock import hold_output
+from pipeline.review.conflicts import NO_CONFLICTS, run_conflicts
 from pipeline.review.corrections import not_to_read_again
 from pipeline.store import RunWriter, write_run_summary
 from pipeline.tally import RunTally
@@ -80,7 +83,9 @@ class RunSession:
     """The bookkeeping of one run: feed it with `see` (an item discovered) and `record` (its outcome).
 
     `summary_extra` is merged into the run summary; `summarize`, when set, turns the tally's summary into the
-    stored one (the sharded parent adds its shards' counts). After the block, `summary` is what was written."""
+    stored one (the sharded parent adds its shards' counts). `conflict_runs`: the runs whose records the summary's
+    `number_conflicts` counts (default this run; the sharded parent: its shards). After the block, `summary` is
+    what was written."""
 
     out_dir: Path
     run_id: str
@@ -93,6 +98,7 @@ class RunSession:
     summarize: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     summary: dict[str, Any] | None = None
     write_summary: bool = True  # False: a run that turned out to have nothing to do leaves no summary
+    conflict_runs: set[str] | None = None
     _demoted_counted: int = 0
 
     @classmethod
@@ -161,11 +167,18 @@ class RunSession:
 
     def _write_summary(self) -> dict[str, Any]:
         summary = self.tally.summary(run_id=self.run_id, settings=self.settings)
+        summary["number_conflicts"] = self._conflicts()
         summary.update(self.summary_extra)
         if self.summarize is not None:
             summary = self.summarize(summary)
         write_run_summary(self.out_dir, summary)
         return summary
+
+    def _conflicts(self) -> dict[str, Any]:
+        """The run's records in a number conflict (none to look for when it stored no result)."""
+        if self.conflict_runs is None and self.tally.results == 0:
+            return dict(NO_CONFLICTS)
+        return run_conflicts(self.out_dir, self.conflict_runs or {self.run_id})
 
 
 def _done_set(out_dir: Path, done: Done, fingerprint: str) -> frozenset[str]:

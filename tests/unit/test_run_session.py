@@ -154,3 +154,23 @@ def test_summarize_turns_the_tally_into_the_stored_summary(tmp_path: Path) -> No
     _run(go())
     assert _summary(tmp_path, "parent")["shards"] == 3
     assert not (tmp_path / ".inflight").exists()
+
+
+def test_the_summary_counts_records_whose_number_another_document_shows_with_another_name(tmp_path: Path) -> None:
+    """Run r2 reads, on another document, r1's number under another name: the summary counts r2's record and
+    the earlier one it flags, and holds the number masked only."""
+    async def one_run(run_id: str, records: list[Record]) -> dict:
+        async with RunSession.open(tmp_path, run_id=run_id, settings=Settings()) as run:
+            for record in records:
+                run.see()
+                run.record(record)
+        assert run.summary is not None
+        return run.summary
+
+    assert _run(one_run("r1", [_record(1)]))["number_conflicts"] == {"records": 0, "other_records": 0,
+                                                                     "numbers": []}
+    renamed = _record(2)
+    renamed.extraction.fields["name"] = "MARTIN SARA"
+    assert _run(one_run("r2", [renamed]))["number_conflicts"] == {"records": 1, "other_records": 1,
+                                                                  "numbers": ["ZE****09"]}
+    assert "ZE000509" not in (tmp_path / RUNS / "r2.json").read_text(encoding="utf-8")
