@@ -299,3 +299,41 @@ def test_a_base_url_that_is_not_an_http_url_leaves_an_ocr_run_alone(tmp_path: Pa
     assert "seen = results + failures + skipped: yes" in console
     _once_each(out, {p.name for p in scans.iterdir()})
     no_server_left(tmp_path / "prefect-home")
+
+
+def test_a_temp_part_a_stopped_run_left_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    """A run killed between writing a part's temp file and renaming it (its lock is gone with it) leaves the temp
+    file; the next `idflow run` on OUT removes it, however young, and stores every document once."""
+    scans = unique_scans(tmp_path / "in", 2)
+    out = tmp_path / "out"
+    left = out / "results" / "run_date=2026-12-01" / ".part-killed-00000.parquet.5e1c.tmp"
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"PAR1 half a part")
+    with ChatServer(ServerConfig(api_key=KEY)) as chat:
+        proc = idflow("run", str(scans), "--out", str(out), env=_env(tmp_path, chat), cwd=tmp_path,
+                      log=tmp_path / "next.log")
+        code = proc.wait(timeout=600)
+    console = (tmp_path / "next.log").read_text(errors="replace")
+    assert code == 0 and "Traceback" not in console, console
+    assert not left.exists()
+    _once_each(out, {p.name for p in scans.iterdir()})
+    no_server_left(tmp_path / "prefect-home")
+
+
+def test_empty_uploads_are_each_listed_by_a_real_run(tmp_path: Path) -> None:
+    """Empty files have identical (no) content, yet each is its own `empty_file` failure in the run's counts and
+    in the failure queue, so a person asking which uploads were empty sees every one."""
+    scans = tmp_path / "in"
+    scans.mkdir()
+    for i in range(40):
+        (scans / f"upload_{i:03d}.jpg").write_bytes(b"")
+    out = tmp_path / "out"
+    proc = idflow("run", str(scans), "--out", str(out), env=run_env(tmp_path), cwd=tmp_path, log=tmp_path / "e.log")
+    code = proc.wait(timeout=600)
+    console = (tmp_path / "e.log").read_text(errors="replace")
+    assert code == 0 and "Traceback" not in console, console
+    assert "failure empty_file: 40" in console and "duplicate_content" not in console, console
+    assert sorted(r["source_path"] for r in current_failures(out).to_pylist()) == sorted(
+        p.name for p in scans.iterdir())
+    _once_each(out, {p.name for p in scans.iterdir()})
+    no_server_left(tmp_path / "prefect-home")
