@@ -84,8 +84,9 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
                          batch_size: int | None = None, force: bool = False, dask: str | None = None,
                          shard: str | None = None, wait_for_lock: bool = True) -> dict[str, Any]:
     """Extract every document under `input_dir` into Parquet under `out_dir`; returns the run summary.
-    `input_dir` is a folder, or the reference `idflow run` registered for it in OUT (`pipeline.sources`: the
-    folder's name stays out of the flow run's parameters).
+    `input_dir` is a folder, or a reference to one kept in OUT (`pipeline.sources`: the one `idflow run`
+    registers, or the lasting one an upload event or a nightly run passes), so the folder's name, which can hold
+    an ID number, stays out of the flow run's parameters.
 
     The documents stream through one engine (or Dask workers, `dask`: `tcp://host:8786` or `local:N`); each
     batch of `batch_size` of them is a task run (`batch-00001`, ...) that stores its documents and reports its
