@@ -66,9 +66,6 @@ def resolve(out_dir: Path, input_dir: str) -> Path:
     return Path(input_dir)
 
 
-def is_reference(input_dir: str) -> bool:
-    return input_dir.startswith((PREFIX, UPLOAD_PREFIX))
-
 
 def forget(out_dir: Path, reference: str) -> None:
     with contextlib.suppress(OSError):
