@@ -6,6 +6,7 @@ It holds personal data (names, full numbers, pictures) and is therefore written 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from datetime import datetime, timezone
@@ -56,7 +57,8 @@ def write_page(queue: ReviewQueue) -> Path:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException as exc:  # a full disk: no half page left behind (the next run writes it, `owed_page`)
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the folder may be what failed
+            tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.filename is None:  # a failed write names no file: say which
             exc.filename = str(path)
         raise
