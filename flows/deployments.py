@@ -26,12 +26,13 @@ DEFAULT_RETRY_CRON = "0 6 * * *"
 
 def upload_trigger(out_dir: str, backend: str) -> DeploymentEventTrigger:
     """Start `extract-folder` on `idflow.upload.ready` from `idflow watch`. `match` names our resources: the
-    default (empty) match would fire on any resource that ever emits an event of that name."""
+    default (empty) match would fire on any resource that ever emits an event of that name. The folder is passed
+    as the event's reference (`ref`), which the flow resolves inside OUT: its path is not a flow parameter."""
     return DeploymentEventTrigger(
         name="idflow-upload-ready",
         expect={UPLOAD_EVENT},
         match={"prefect.resource.id": f"{RESOURCE_PREFIX}*"},
-        parameters={"input_dir": "{{ event.payload.path }}", "out_dir": out_dir, "backend": backend},
+        parameters={"input_dir": "{{ event.payload.ref }}", "out_dir": out_dir, "backend": backend},
     )
 
 

@@ -41,7 +41,9 @@ from pipeline.ingest import Discovery, walk
 from pipeline.masking import install_masking, redact
 from pipeline.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
 from pipeline.run.batches import BatchCounts, BatchRouter, drive_batches
-from pipeline.run.session import Done, RunSession
+from pipeline.review.page import PAGE_KEY, owed_page, page_path, write_page
+from pipeline.review.queue import build_queue
+from pipeline.run.session import Done, OutputWriteError, RunSession, review_stopped_line, storage_problem
 from pipeline.store import FAILURES, RESULTS, read_table
 
 def _run_id() -> str:
@@ -82,8 +84,9 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
                          batch_size: int | None = None, force: bool = False, dask: str | None = None,
                          shard: str | None = None, wait_for_lock: bool = True) -> dict[str, Any]:
     """Extract every document under `input_dir` into Parquet under `out_dir`; returns the run summary.
-    `input_dir` is a folder, or the reference `idflow run` registered for it in OUT (`pipeline.sources`: the
-    folder's name stays out of the flow run's parameters).
+    `input_dir` is a folder, or a reference to one kept in OUT (`pipeline.sources`: the one `idflow run`
+    registers, or the lasting one an upload event or a nightly run passes), so the folder's name, which can hold
+    an ID number, stays out of the flow run's parameters.
 
     The documents stream through one engine (or Dask workers, `dask`: `tcp://host:8786` or `local:N`); each
     batch of `batch_size` of them is a task run (`batch-00001`, ...) that stores its documents and reports its
@@ -127,7 +130,8 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
                            fingerprint=run.writer.fingerprint, journal=run.journal)
         counts = await drive_batches(router, stream, lambda batch: batch_task(batch, record, progress_bar.publish),
                                      record)
-        run.summary_extra.update(input_dir=str(root), out_dir=str(out))
+        run.summary_extra.update(input_dir=str(root), out_dir=str(out),
+                                 **{PAGE_KEY: page_path(Path("."), run.run_id).as_posix()})
     summary = run.summary
     assert summary is not None
     await progress_bar.finish()
@@ -199,6 +203,22 @@ async def _publish(summary: dict[str, Any], batches: list[BatchCounts], *, input
                                          description=f"{name} of this run (names and ID numbers masked)")
     await acreate_link_artifact(Path(out_dir).resolve().as_uri(), link_text="Parquet outputs",
                                 key="idflow-outputs")
-    from flows.review import publish_review  # the review page (inside OUT) and its summary/link artifacts
+    await _review_pages(Path(out_dir), summary)
 
-    await publish_review(Path(out_dir), summary["run_id"])
+
+async def _review_pages(out: Path, summary: dict[str, Any]) -> None:
+    """The run's review page (inside OUT) and its artifacts, and the page an earlier run owes (`owed_page`). OUT
+    full or not writable here is one line saying that every document is stored and only the page is missing."""
+    from flows.review import publish_review
+
+    try:
+        owed = owed_page(out, summary["run_id"])
+        await publish_review(out, summary["run_id"])
+        if owed is not None:
+            await asyncio.to_thread(lambda: write_page(build_queue(out, owed)))
+            get_run_logger().info("wrote the review page run %s could not write", owed)
+    except Exception as exc:
+        problem = storage_problem(exc)
+        if problem is None:
+            raise
+        raise OutputWriteError(review_stopped_line(problem, out, summary)) from exc

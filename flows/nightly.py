@@ -24,28 +24,41 @@ from prefect.client.schemas.filters import (
     FlowRunFilterStateType,
 )
 from prefect.client.schemas.objects import StateType
+from prefect.runtime import flow_run
 
 from flows.canary import drift_canary
 from flows.extract import extract_folder
 from pipeline.config import Settings
 from pipeline.inbox import Completion, FolderLedger, folder_key, is_text, nightly_markdown, plan_nightly
-from pipeline.masking import install_masking
+from pipeline import sources
+from pipeline.masking import install_masking, redact
 from pipeline.store import readable_path
 
 _UNFINISHED = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED]
 
 
-async def _folders_in_flight() -> set[str]:
+async def _folders_in_flight(out: Path) -> set[str]:
     """Folders an unfinished `extract-folder` run (e.g. an on-upload run) is working on right now; processing
-    them here too would extract the same documents twice in parallel."""
+    them here too would extract the same documents twice in parallel. A run names its folder by a reference
+    (`pipeline.sources`), resolved in `out`; one made for another OUT is another dataset's business."""
     async with get_client() as client:
         runs = await client.read_flow_runs(
             flow_filter=FlowFilter(name=FlowFilterName(any_=[extract_folder.name])),
             flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_UNFINISHED))))
-    return {folder_key(Path(r.parameters["input_dir"])) for r in runs if r.parameters.get("input_dir")}
+    folders = set()
+    for run in runs:
+        try:
+            folders.add(folder_key(sources.resolve(out, str(run.parameters["input_dir"]))))
+        except (KeyError, ValueError, OSError):
+            continue
+    return folders
 
 
-@flow(name="nightly", flow_run_name="nightly {inbox}", log_prints=False)
+def _run_name() -> str:
+    return redact(f"nightly {flow_run.parameters['inbox']}")  # the inbox's name, numbers in it masked
+
+
+@flow(name="nightly", flow_run_name=_run_name, log_prints=False)
 async def nightly(inbox: str, out_dir: str, backend: str = "ocr", marker: str = "_READY",
                   quiet_seconds: float | None = None, parallel_folders: int = 1) -> dict[str, Any]:
     """Process each complete, not yet done upload folder under `inbox` into the shared dataset `out_dir`.
@@ -57,7 +70,7 @@ async def nightly(inbox: str, out_dir: str, backend: str = "ocr", marker: str = 
     canary = await drift_canary(out_dir, backend)
     out = Path(out_dir)
     ledger = FolderLedger.load(out)
-    plan = plan_nightly(Path(inbox), ledger, Completion(marker, quiet_seconds), await _folders_in_flight())
+    plan = plan_nightly(Path(inbox), ledger, Completion(marker, quiet_seconds), await _folders_in_flight(out))
     unnamed = [f for f in plan.todo if not is_text(f.name)]
     if unnamed:  # each is left as it is, every night, with this line; the others are done
         logger.warning("nightly: %d upload folders not run, their names are not UTF-8 (rename them): %s",
@@ -73,7 +86,8 @@ async def nightly(inbox: str, out_dir: str, backend: str = "ocr", marker: str = 
         try:
             async with slots:
                 with tags(f"backend:{backend}", f"model:{model}", "nightly"):
-                    state = await extract_folder(str(folder), out_dir, backend=backend, return_state=True)
+                    state = await extract_folder(sources.folder_reference(out, folder), out_dir, backend=backend,
+                                                 return_state=True)  # the folder's name is no parameter
         except Exception as exc:  # noqa: BLE001 - one folder's trouble must not sink the others
             outcomes[folder_key(folder)] = f"not started ({type(exc).__name__}), left for the next run"
             return
@@ -94,6 +108,7 @@ async def nightly(inbox: str, out_dir: str, backend: str = "ocr", marker: str = 
     not_done = [f.name for f in plan.todo if not ledger.is_done(f)]
     if not_done:
         raise RuntimeError(f"{len(not_done)} upload folders were not finished; see the nightly artifact")
-    return {"done": [f.name for f in plan.todo], "already_done": [f.name for f in plan.already_done],
-            "in_flight": [f.name for f in plan.in_flight], "incomplete": [f.name for f in plan.incomplete],
-            "canary": canary}
+    folders = {key: [redact(readable_path(f.name)) for f in found]
+               for key, found in (("done", plan.todo), ("already_done", plan.already_done),
+                                  ("in_flight", plan.in_flight), ("incomplete", plan.incomplete))}
+    return {**folders, "canary": canary}

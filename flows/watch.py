@@ -23,6 +23,8 @@ from pathlib import Path
 
 from pipeline.atomic import write_json_atomic
 from pipeline.inbox import Completion, folder_key, is_text, read_json, upload_folder_of, upload_folders
+from pipeline.masking import redact
+from pipeline.sources import folder_reference
 from pipeline.store import readable_path
 
 UPLOAD_EVENT = "idflow.upload.ready"
@@ -36,9 +38,10 @@ Emit = Callable[[Path], None]
 """Announce one complete folder; raise if it was not delivered (the folder is then tried again later)."""
 
 
-def event_id(folder: Path) -> uuid.UUID:
-    """The same folder always gets the same event id, so a re-send after a crash is recognised as a repeat."""
-    return uuid.uuid5(_EVENT_NAMESPACE, folder_key(folder))
+def event_id(reference: str) -> uuid.UUID:
+    """The same folder (its reference, `pipeline.sources.folder_reference`) always gets the same event id, so a
+    re-send after a crash is recognised as a repeat."""
+    return uuid.uuid5(_EVENT_NAMESPACE, reference)
 
 
 @dataclass
@@ -135,17 +138,24 @@ def run(watcher: UploadWatcher, *, tick_seconds: float = 1.0, stop_event: thread
             stop.wait(tick_seconds)
 
 
-def prefect_emitter(folder: Path) -> None:
-    """POST `idflow.upload.ready` to the Prefect API and wait for it to be accepted (paths only, no contents).
+def prefect_emitter(out_dir: Path) -> Emit:
+    """An `Emit` that POSTs `idflow.upload.ready` to the Prefect API and waits for it to be accepted.
 
-    A plain HTTP POST rather than `emit_event`, whose background sender gives no delivery confirmation.
+    The event carries the folder masked (`path`, for the Event Feed) and the reference the on-upload run resolves
+    from `out_dir` (`ref`, `pipeline.sources.folder_reference`): a folder's name can hold an ID number, and an
+    event's payload becomes the flow run's parameters. A plain HTTP POST rather than `emit_event`, whose
+    background sender gives no delivery confirmation.
     """
     from prefect.client.orchestration import get_client
     from prefect.events import Event
 
-    event = Event(event=UPLOAD_EVENT, id=event_id(folder),
-                  resource={"prefect.resource.id": f"{RESOURCE_PREFIX}{folder.name}",
-                            "prefect.resource.name": folder.name},
-                  payload={"path": folder_key(folder)})
-    with get_client(sync_client=True) as client:
-        client.request("POST", "/events", json=[event.model_dump(mode="json")]).raise_for_status()
+    def emit(folder: Path) -> None:
+        reference = folder_reference(out_dir, folder)
+        event = Event(event=UPLOAD_EVENT, id=event_id(reference),
+                      resource={"prefect.resource.id": f"{RESOURCE_PREFIX}{reference.rpartition(':')[2]}",
+                                "prefect.resource.name": redact(folder.name)},
+                      payload={"path": redact(folder_key(folder)), "ref": reference})
+        with get_client(sync_client=True) as client:
+            client.request("POST", "/events", json=[event.model_dump(mode="json")]).raise_for_status()
+
+    return emit

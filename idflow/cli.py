@@ -330,6 +330,8 @@ def doctor(
     if vlm is None:
         raise config_error(f"the {settings.backend} backend has no endpoint to check; use --backend "
                            f"{' or '.join(VLM_NAMES)}")
+    if (problem := vlm.endpoint_check(settings)) is not None:  # a URL that is none: nothing to probe
+        raise config_error(problem)
     prepared = None
     if sample is not None:
         if not sample.is_file():  # missing, a folder, or a device/FIFO (hashing /dev/zero never ends)

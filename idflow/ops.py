@@ -79,8 +79,12 @@ def watch(
     quiet: Annotated[Optional[float], typer.Option(
         min=1, help="also complete after this many seconds without change (default: marker only)")] = None,
     state: Annotated[Optional[Path], typer.Option(help="state file (default: ROOT/.idflow-watch.json)")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", envvar="IDFLOW_OUT",
+                                      help="the output dataset `idflow serve` writes (folder references go "
+                                           "into OUT/sources/)")] = Path("out"),
 ) -> None:
-    """Emit `idflow.upload.ready` once per complete upload folder under ROOT (marker or quiet period)."""
+    """Emit `idflow.upload.ready` once per complete upload folder under ROOT (marker or quiet period); the event
+    names the folder by a reference kept in OUT, never by its path (which can hold an ID number)."""
     from pipeline.masking import install_masking
     from flows.watch import UploadWatcher, prefect_emitter, run
 
@@ -88,7 +92,9 @@ def watch(
     _require_server()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     install_masking()  # folder names can hold document numbers
-    watcher = UploadWatcher(folder, prefect_emitter, Completion(marker, quiet), state_path=state)
+    out_dir = out.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    watcher = UploadWatcher(folder, prefect_emitter(out_dir), Completion(marker, quiet), state_path=state)
     typer.echo(f"watching {folder} for complete upload folders (marker {marker}"
                f"{f', or {quiet:g} s quiet' if quiet else ''}); state in {watcher.state_path}")
     try:

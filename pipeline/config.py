@@ -15,7 +15,6 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.api_keys import clean_api_key
-from pipeline.urls import http_base_url
 from pipeline.backends.registry import BACKEND_NAMES, OCR, OPENAI, VLM_NAMES, backend_spec
 from pipeline.vllm.settings import VllmSettings
 
@@ -91,8 +90,10 @@ class OpenAISettings(BaseSettings):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        return http_base_url(value, "TAOTOKEN_BASE_URL (or IDFLOW_OPENAI_BASE_URL)")
+    def _stripped(cls, value: str) -> str:
+        """Only tidied here: whether it is an http(s) URL is the openai backend's configuration check
+        (`pipeline.backends.registry`), so a mistyped URL refuses the runs that use it and no other."""
+        return value.strip()
 
     @field_validator("model")
     @classmethod

@@ -22,12 +22,14 @@ from typing import Any
 from pipeline.atomic import write_json_atomic
 from pipeline.datamodel import SkipReason
 from pipeline.ingest import skip_reason, walk
+from pipeline.masking import redact
 from pipeline.store import run_input_dir
 from pipeline.store import RUNS, readable_path
 
 DEFAULT_MARKER = "_READY"
-STATE_DIR = "state"
+STATE_DIR = "state"  # where the ledger was kept before it moved to OUT/sources/ (still read)
 LEDGER_NAME = "folders.json"
+LEDGER_DIR = "sources"  # the ledger names folders exactly: personal data, like OUT/sources/<run>.json
 
 
 def read_json(path: Path, default: Any) -> Any:
@@ -106,13 +108,15 @@ def is_text(name: str) -> bool:
 
 
 def folder_key(folder: Path) -> str:
-    """Folders are identified by their resolved absolute path (what the watcher puts in the event payload)."""
+    """Folders are identified by their resolved absolute path (the event and flow runs carry a reference to it instead, `pipeline.sources`)."""
     return str(folder.resolve())
 
 
 @dataclass
 class FolderLedger:
-    """`OUT/state/folders.json`: upload folders already processed into OUT, with the run that did it.
+    """`OUT/sources/folders.json`: upload folders already processed into OUT, with the run that did it (their
+    exact paths, which can hold ID numbers: kept with OUT's other personal data; a ledger in the older place,
+    `OUT/state/`, is read and moved on the next write).
 
     Written only after a folder's outputs (Parquet parts and `runs/<run_id>.json`) exist, atomically. One
     writer at a time: the `nightly` deployment has a concurrency limit of 1.
@@ -123,12 +127,13 @@ class FolderLedger:
 
     @property
     def path(self) -> Path:
-        return self.out_dir / STATE_DIR / LEDGER_NAME
+        return self.out_dir / LEDGER_DIR / LEDGER_NAME
 
     @classmethod
     def load(cls, out_dir: Path) -> FolderLedger:
         ledger = cls(out_dir)
-        ledger.done = read_json(ledger.path, {}).get("done", {})
+        older = out_dir / STATE_DIR / LEDGER_NAME
+        ledger.done = read_json(ledger.path if ledger.path.exists() else older, {}).get("done", {})
         return ledger
 
     def is_done(self, folder: Path) -> bool:
@@ -138,6 +143,7 @@ class FolderLedger:
         self.done[folder_key(folder)] = {"run_id": run_id, "via": via,
                                          "done_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         write_json_atomic(self.path, {"done": self.done})
+        (self.out_dir / STATE_DIR / LEDGER_NAME).unlink(missing_ok=True)
 
 
 def folders_done_by_runs(out_dir: Path) -> dict[str, str]:
@@ -190,8 +196,11 @@ def plan_nightly(inbox: Path, ledger: FolderLedger, completion: Completion, in_f
 
 
 def nightly_markdown(plan: NightlyPlan, outcomes: dict[str, str]) -> str:
-    """Markdown for the nightly run: one line per folder with what happened to it (folder names only)."""
-    shown = readable_path  # an artifact is JSON text: a name that is not UTF-8 is shown with `\xNN` escapes
+    """Markdown for the nightly run: one line per folder with what happened to it (folder names only, their
+    document numbers masked: an artifact is no place for personal data)."""
+    def shown(name: str) -> str:  # an artifact is JSON text: a name that is not UTF-8 is shown with `\xNN` escapes
+        return redact(readable_path(name))
+
     lines = ["# idflow nightly", "", "| folder | outcome |", "|---|---|"]
     lines += [f"| `{shown(f.name)}` | {outcomes.get(folder_key(f), 'not finished')} |" for f in plan.todo]
     lines += [f"| `{shown(f.name)}` | already done |" for f in plan.already_done]

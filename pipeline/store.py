@@ -262,9 +262,11 @@ def write_part(out_dir: Path, table_name: str, schema: pa.Schema, rows: list[dic
         with tmp.open("rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, final)
-    except OSError as exc:
+    except BaseException as exc:  # a SIGTERM landing mid-write too: no temp part outlives the writer's process
         with contextlib.suppress(OSError):  # the folder may be what failed
             tmp.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
         raise StoreWriteError(f"could not write {table.num_rows} {table_name} rows to {final}: {exc}", cause=exc,
                               path=final) from exc
     return final

@@ -18,10 +18,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from pipeline.urls import http_base_url
+
 if TYPE_CHECKING:
     from pipeline.backends.base import ExtractionBackend
     from pipeline.config import Settings
 
+OPENAI_NAME = "openai"  # the OpenAI-compatible kind, also a value of IDFLOW_VLLM_FALLBACK
 OPENAI_URL_SETTING = "TAOTOKEN_BASE_URL"
 VLLM_URL_SETTING = "IDFLOW_VLLM_ENDPOINTS"
 VLLM_KEY_MISSING = "IDFLOW_VLLM_API_KEY is not set (the key `idflow vllm up` started the servers with)"
@@ -42,6 +45,7 @@ class BackendSpec:
     url_setting: str | None = None  # the setting that names its endpoints, quoted in a failure's fix
     pooled: bool = False  # its endpoints are a pool (checked one by one by `idflow doctor`)
     escalates: bool = False  # reads with the OCR first and asks a VLM only what that leaves open
+    endpoint_check: Callable[[Settings], str | None] = lambda settings: None  # its endpoint settings alone
 
     def vlm_of(self, settings: Settings) -> BackendSpec | None:
         """The VLM kind pages are sent to with these settings (itself, the hybrid's VLM, or None)."""
@@ -84,7 +88,21 @@ def _hybrid_material(settings: Settings) -> dict[str, Any]:
             **_hybrid_vlm(settings).fingerprint_material(settings)}
 
 
+def _openai_url_problem(settings: Settings) -> str | None:
+    """A base URL that is no http(s) URL with a host (said without the value: a URL may carry credentials)."""
+    try:
+        http_base_url(settings.openai.base_url, f"{OPENAI_URL_SETTING} (or IDFLOW_OPENAI_BASE_URL)")
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _check_openai(settings: Settings) -> str | None:
+    """The endpoint's URL, key and model, all before any document is read. Why here and not in the settings: a
+    mistyped URL must refuse the runs that use it (openai, a hybrid escalating to it, a pool falling back to it),
+    not an OCR run that never calls it."""
+    if (problem := _openai_url_problem(settings)) is not None:
+        return problem
     key = settings.openai.api_key
     if (key is None or not key.get_secret_value()) and not os.environ.get("IDFLOW_OPENAI_KEY_BLOCK"):
         return ("TAOTOKEN_API_KEY is not set (environment, .env, or a Prefect Secret block named in "
@@ -101,6 +119,8 @@ def _check_vllm(settings: Settings) -> str | None:
         return str(exc)
     if settings.vllm.api_key is None:
         return VLLM_KEY_MISSING
+    if settings.vllm.fallback == OPENAI_NAME:  # the endpoint a run falls back to when no server is healthy
+        return _openai_url_problem(settings)
     return None
 
 
@@ -109,9 +129,9 @@ OCR = BackendSpec(
     model_id=lambda settings: ocr_model_id(), fingerprint_material=lambda settings: {},
     check=lambda settings: None, reads_full_pixels=True)
 OPENAI = BackendSpec(
-    name="openai", implementation="pipeline.backends.openai_compat:OpenAICompatBackend",
+    name=OPENAI_NAME, implementation="pipeline.backends.openai_compat:OpenAICompatBackend",
     model_id=lambda settings: settings.openai.model or "", fingerprint_material=_prompt_material,
-    check=_check_openai, is_vlm=True, url_setting=OPENAI_URL_SETTING)
+    check=_check_openai, is_vlm=True, url_setting=OPENAI_URL_SETTING, endpoint_check=_openai_url_problem)
 VLLM = BackendSpec(
     name="vllm", implementation="pipeline.backends.vllm_pool:VllmPoolBackend",
     model_id=lambda settings: settings.vllm.served_model, fingerprint_material=_prompt_material,

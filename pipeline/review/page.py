@@ -6,6 +6,8 @@ It holds personal data (names, full numbers, pictures) and is therefore written 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -14,6 +16,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, Template, select_autoescape
 
 from pipeline.review.queue import ReviewQueue
+from pipeline.store import RUNS
 from pipeline.review.summary import confidence_histogram
 
 REVIEW = "review"
@@ -47,9 +50,44 @@ def write_page(queue: ReviewQueue) -> Path:
     path = page_path(queue.out_dir, OPEN_PAGE if queue.whole_out else queue.run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(render_page(queue))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(render_page(queue))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:  # a full disk: no half page left behind (the next run writes it, `owed_page`)
+        with contextlib.suppress(OSError):  # the folder may be what failed
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a failed write names no file: say which
+            exc.filename = str(path)
+        raise
     return path
+
+
+def owed_page(out_dir: Path, current_run: str) -> str | None:
+    """The run before `current_run` whose review page is missing, or None. Why: a run whose documents are all
+    stored can still stop while writing its page (OUT full); its documents are not read again, so the next run
+    writes the page it owes. Only the latest earlier run that writes one (its summary names it, `PAGE_KEY`):
+    a sharded parent or a retry writes none, and older pages are each run's own business."""
+    for summary_file in sorted((out_dir / RUNS).glob("*.json"), key=_mtime, reverse=True):
+        if summary_file.stem == current_run:
+            continue
+        try:
+            summary = json.loads(summary_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if summary.get(PAGE_KEY):
+            run = str(summary["run_id"])
+            return run if not page_path(out_dir, run).exists() else None
+    return None
+
+
+PAGE_KEY = "review_page"  # in a run summary: the page (relative to OUT) the run writes after its summary
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

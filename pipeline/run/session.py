@@ -70,6 +70,14 @@ def _where(problem: OSError, out_dir: Path) -> str:
     return f"{problem.filename or out_dir} could not be written ({problem.strerror or problem})"
 
 
+def review_stopped_line(problem: OSError, out_dir: Path, summary: dict[str, Any]) -> str:
+    """What a run is told when OUT stops taking files after its documents are stored (its review page): all of
+    them are kept and counted, only the page is missing, and the next run writes it."""
+    return (f"{_where(problem, out_dir)}; the run stopped after storing all of its {summary['results']} results "
+            f"and {summary['failures']} failures in {out_dir}, which are kept: only its review page is missing, "
+            f"which the next run writes: {what_to_do(problem)}")
+
+
 class Done(Enum):
     """Which earlier documents a run leaves alone (a person's decision is final in every case but NOTHING)."""
 

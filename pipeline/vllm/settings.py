@@ -15,7 +15,6 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,21 +55,6 @@ class VllmSettings(BaseSettings):
 
     _clean_key = field_validator("api_key", mode="before")(clean_api_key)
 
-    @field_validator("endpoints")
-    @classmethod
-    def _http_urls(cls, value: str) -> str:
-        """Each an http(s) URL with a host, checked when the settings are read (before any document)."""
-        bad = []
-        for url in (u.strip().rstrip("/") for u in value.split(",") if u.strip()):
-            try:
-                http_base_url(url, "IDFLOW_VLLM_ENDPOINTS")
-            except ValueError:
-                bad.append(url)
-        if bad:
-            raise ValueError(f"IDFLOW_VLLM_ENDPOINTS: {', '.join(bad)} is not an http(s) URL (expected e.g. "
-                             "http://127.0.0.1:8000/v1, comma-separated)")
-        return value
-
     @field_validator("model")
     @classmethod
     def _model_id(cls, value: str | None) -> str | None:
@@ -104,7 +88,7 @@ class VllmSettings(BaseSettings):
         """Endpoints and model from the environment, else from the pool file; a clear error when neither."""
         if self.endpoints.strip():
             urls = [u.strip().rstrip("/") for u in self.endpoints.split(",") if u.strip()]
-            bad = [u for u in urls if urlsplit(u).scheme not in ("http", "https") or not urlsplit(u).hostname]
+            bad = [u for u in urls if not _is_http_url(u)]
             if bad:
                 raise ValueError(f"IDFLOW_VLLM_ENDPOINTS: {', '.join(bad)} is not an http(s) URL (expected e.g. "
                                  "http://127.0.0.1:8000/v1, comma-separated)")
@@ -118,6 +102,14 @@ class VllmSettings(BaseSettings):
         data = json.loads(self.pool_file.read_text(encoding="utf-8"))
         return PoolConfig([str(u) for u in data["endpoints"]], self.model or str(data["model"]),
                           source=str(self.pool_file))
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        http_base_url(url, "IDFLOW_VLLM_ENDPOINTS")
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

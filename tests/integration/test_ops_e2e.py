@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.inbox import LEDGER_NAME, STATE_DIR
+from pipeline.inbox import LEDGER_DIR, LEDGER_NAME
+from pipeline.sources import folder_reference, resolve
 from pipeline.store import RESULTS, RUNS
 from flows.watch import STATE_NAME
 from tests.support.browser import Browser, BrowserBinaries
@@ -91,7 +92,7 @@ def upload_run(stack: OpsStack) -> UploadRun:
             return False
 
     wait_for(ready, 240, "idflow serve to register its deployments and trigger", every=2)
-    stack.idflow("watch", "watch", str(stack.inbox))
+    stack.idflow("watch", "watch", str(stack.inbox), "--out", str(stack.out))
     # The watcher is up; the folder is created after it started (its first scan also covers the moment before
     # the OS watch was set; the restart path is unit-tested).
     wait_for(lambda: "watching " in stack.log("watch") or stack.alive("watch"), 240, "idflow watch to start",
@@ -106,7 +107,7 @@ def upload_run(stack: OpsStack) -> UploadRun:
     assert len(runs) == 1, runs
     (run,) = runs
     assert run.state.is_completed(), f"{run.state}\n{stack.log('serve')}"
-    assert run.parameters["input_dir"] == str(folder.resolve())
+    assert run.parameters["input_dir"] == folder_reference(stack.out, folder)  # never the folder's path
     return UploadRun(str(run.id), folder)
 
 
@@ -151,13 +152,13 @@ def test_nightly_processes_only_folders_not_done(stack: OpsStack, upload_run: Up
     extract_runs = stack.call(lambda c: _flow_runs(c, flow="extract-folder"))
     by_folder: dict[str, list] = {}
     for r in extract_runs:
-        by_folder.setdefault(Path(r.parameters["input_dir"]).name, []).append(r)
+        by_folder.setdefault(resolve(stack.out, r.parameters["input_dir"]).name, []).append(r)
     assert len(by_folder["batch-001"]) == 1  # the on-upload run; nightly did not redo it
     (child,) = by_folder["batch-002"]
     assert child.parent_task_run_id is not None and child.state.is_completed()  # a subflow of nightly
     assert "batch-003" not in by_folder
 
-    ledger = json.loads((stack.out / STATE_DIR / LEDGER_NAME).read_text())["done"]
+    ledger = json.loads((stack.out / LEDGER_DIR / LEDGER_NAME).read_text())["done"]
     assert {Path(k).name: v["via"] for k, v in ledger.items()} == {"batch-001": "extract-run",
                                                                    "batch-002": "nightly"}
     assert ledger[str(second.resolve())]["run_id"] == str(child.id)
@@ -229,6 +230,6 @@ def test_prefect_yaml_deploys_to_a_process_pool(stack: OpsStack, upload_run: Upl
         assert automations, "the on-upload trigger was not created"
         trigger = automations[0].trigger
         assert trigger.match.root == {"prefect.resource.id": "idflow.upload.*"}
-        assert automations[0].actions[0].parameters["input_dir"] == "{{ event.payload.path }}"
+        assert automations[0].actions[0].parameters["input_dir"] == "{{ event.payload.ref }}"
 
     stack.call(check)

@@ -234,3 +234,106 @@ def test_empty_files_are_a_failure_each_in_discovery_and_in_the_failure_queue(tm
     queue = current_failures(tmp_path / "out").to_pylist()
     assert sorted(r["source_path"] for r in queue) == sorted(f"upload_{i:03d}.jpg" for i in range(500))
     assert {r["attempts"] for r in queue} == {1} and FAILURE_SCHEMA.names[0] == "source_path"
+
+
+def _noisy_scans(folder: Path, count: int) -> Path:
+    """`count` scans of random noise: their review thumbnails are as large as a JPEG of that size gets, so the
+    review page of `count` documents is many times the size of their Parquet rows."""
+    from PIL import Image
+
+    folder.mkdir(parents=True)
+    for i in range(count):
+        Image.frombytes("RGB", (640, 416), os.urandom(640 * 416 * 3)).save(folder / f"scan_{i:04d}.png")
+    return folder
+
+
+def test_a_full_disk_while_the_review_page_is_written_is_one_line_and_the_next_run_writes_the_page(
+        tmp_path: Path) -> None:
+    scans = _noisy_scans(tmp_path / "in", 8)
+    disk = tmp_path / "disk"
+    out = disk / "out"
+    # a model's answer has no measured confidence: each of the 8 results is on the review page
+    with _mounted(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], target=disk), \
+            ChatServer(ServerConfig(api_key=KEY)) as chat:
+        out.mkdir()
+        filler = _fill(disk, 256 * 1024)  # room for the parts, the summary and the lock; not for the page
+        env = _env(tmp_path, chat)
+        first = idflow("run", str(scans), "--out", str(out), env=env, cwd=tmp_path, log=tmp_path / "full.log")
+        code = first.wait(timeout=600)
+        console = (tmp_path / "full.log").read_text(errors="replace")
+        assert code == 2, console
+        assert "Traceback" not in console, console
+        errors = [line for line in _lines(console) if "error" in line.lower()]
+        assert len(errors) == 1 and errors == [_lines(console)[-1]], console
+        line = errors[0]
+        assert "No space left on device" in line and str(out / "review") in line, line
+        assert "all of its 8 results and 0 failures" in line and "review page" in line, line
+        assert "free space and run again" in line and "idflow-errors.log" in line, line
+        assert "Traceback" in (tmp_path / "prefect-home" / "idflow-errors.log").read_text()
+        assert not [p for p in out.rglob("*.tmp")], list(out.rglob("*"))
+        (summary,) = (out / "runs").glob("*.json")
+        first_run = summary.stem
+        assert not (out / "review" / f"{first_run}.html").exists()
+        _once_each(out, {p.name for p in scans.iterdir()})  # every document stored before the page
+        asked = len(chat.chat_requests())
+
+        filler.unlink()
+        again = idflow("run", str(scans), "--out", str(out), env=env, cwd=tmp_path, log=tmp_path / "again.log")
+        assert again.wait(timeout=600) == 0, (tmp_path / "again.log").read_text(errors="replace")
+        page = (out / "review" / f"{first_run}.html").read_text(encoding="utf-8")
+        assert page.count("data:image/jpeg;base64,") >= 8  # the first run's page, every result in it
+        _once_each(out, {p.name for p in scans.iterdir()})  # nothing read again, nothing stored twice
+        assert len(chat.chat_requests()) == asked  # the second run sent nothing
+    no_server_left(tmp_path / "prefect-home")
+
+
+def test_a_base_url_that_is_not_an_http_url_leaves_an_ocr_run_alone(tmp_path: Path) -> None:
+    """The OCR calls no endpoint: a mistyped TaoToken URL in the environment (or .env) does not stop it."""
+    scans = unique_scans(tmp_path / "in", 2)
+    out = tmp_path / "out"
+    env = run_env(tmp_path, IDFLOW_BACKEND="ocr", TAOTOKEN_BASE_URL="not a url", IDFLOW_OPENAI_BASE_URL="ftp//x")
+    proc = idflow("run", str(scans), "--out", str(out), env=env, cwd=tmp_path, log=tmp_path / "ocr.log")
+    code = proc.wait(timeout=600)
+    console = (tmp_path / "ocr.log").read_text(errors="replace")
+    assert code == 0 and "Traceback" not in console and "configuration error" not in console, console
+    assert "seen = results + failures + skipped: yes" in console
+    _once_each(out, {p.name for p in scans.iterdir()})
+    no_server_left(tmp_path / "prefect-home")
+
+
+def test_a_temp_part_a_stopped_run_left_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    """A run killed between writing a part's temp file and renaming it (its lock is gone with it) leaves the temp
+    file; the next `idflow run` on OUT removes it, however young, and stores every document once."""
+    scans = unique_scans(tmp_path / "in", 2)
+    out = tmp_path / "out"
+    left = out / "results" / "run_date=2026-12-01" / ".part-killed-00000.parquet.5e1c.tmp"
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"PAR1 half a part")
+    with ChatServer(ServerConfig(api_key=KEY)) as chat:
+        proc = idflow("run", str(scans), "--out", str(out), env=_env(tmp_path, chat), cwd=tmp_path,
+                      log=tmp_path / "next.log")
+        code = proc.wait(timeout=600)
+    console = (tmp_path / "next.log").read_text(errors="replace")
+    assert code == 0 and "Traceback" not in console, console
+    assert not left.exists()
+    _once_each(out, {p.name for p in scans.iterdir()})
+    no_server_left(tmp_path / "prefect-home")
+
+
+def test_empty_uploads_are_each_listed_by_a_real_run(tmp_path: Path) -> None:
+    """Empty files have identical (no) content, yet each is its own `empty_file` failure in the run's counts and
+    in the failure queue, so a person asking which uploads were empty sees every one."""
+    scans = tmp_path / "in"
+    scans.mkdir()
+    for i in range(40):
+        (scans / f"upload_{i:03d}.jpg").write_bytes(b"")
+    out = tmp_path / "out"
+    proc = idflow("run", str(scans), "--out", str(out), env=run_env(tmp_path), cwd=tmp_path, log=tmp_path / "e.log")
+    code = proc.wait(timeout=600)
+    console = (tmp_path / "e.log").read_text(errors="replace")
+    assert code == 0 and "Traceback" not in console, console
+    assert "failure empty_file: 40" in console and "duplicate_content" not in console, console
+    assert sorted(r["source_path"] for r in current_failures(out).to_pylist()) == sorted(
+        p.name for p in scans.iterdir())
+    _once_each(out, {p.name for p in scans.iterdir()})
+    no_server_left(tmp_path / "prefect-home")

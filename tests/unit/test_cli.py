@@ -92,3 +92,36 @@ def test_vllm_commands_name_a_bad_setting_without_its_value(tmp_path: Path, monk
     result = CliRunner().invoke(vllm_app, ["status"])
     assert result.exit_code == 2 and "port_base" in result.output
     assert "sk-pasted" not in result.output and "4f9a2c" not in result.output
+
+
+@pytest.mark.parametrize("variable", ["TAOTOKEN_BASE_URL", "IDFLOW_OPENAI_BASE_URL"])
+def test_a_base_url_that_is_no_url_stops_only_the_backends_that_call_it(tmp_path: Path, monkeypatch,
+                                                                        variable: str) -> None:
+    """Part of each backend's configuration check: the runs that would send to it (openai, a hybrid escalating to
+    it, a vLLM pool falling back to it) are refused in one line naming the setting; the OCR is not touched."""
+    from pipeline.backends.registry import backend_spec
+    from pipeline.config import Settings
+
+    monkeypatch.chdir(tmp_path)
+    for var in ("TAOTOKEN_BASE_URL", "IDFLOW_OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(variable, "ftp//host/api")
+    monkeypatch.setenv("TAOTOKEN_API_KEY", "sk-url-check-0000000000")
+    monkeypatch.setenv("TAOTOKEN_MODEL", "test-vlm")
+    monkeypatch.setenv("IDFLOW_VLLM_ENDPOINTS", "http://127.0.0.1:8004/v1")
+    monkeypatch.setenv("IDFLOW_VLLM_MODEL", "qwen")
+    monkeypatch.setenv("IDFLOW_VLLM_API_KEY", "sk-vllm-0000000000")
+    problems = {name: backend_spec(name).check(Settings(backend=name)) for name in ("ocr", "openai", "hybrid", "vllm")}
+    assert problems["ocr"] is None and problems["vllm"] is None  # the pool itself never calls that URL
+    for name in ("openai", "hybrid"):
+        assert "TAOTOKEN_BASE_URL" in str(problems[name]) and "http(s) URL with a host" in str(problems[name])
+        assert "ftp//host" not in str(problems[name])
+    monkeypatch.setenv("IDFLOW_VLLM_FALLBACK", "openai")
+    assert "TAOTOKEN_BASE_URL" in str(backend_spec("vllm").check(Settings(backend="vllm")))
+
+    for command in (["run", str(tmp_path), "--backend", "openai", "--out", str(tmp_path / "out")],
+                    ["doctor", "--backend", "openai"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2 and "TAOTOKEN_BASE_URL" in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1 and "ftp//host" not in result.output
+    assert not (tmp_path / "out").exists()

@@ -159,8 +159,19 @@ def test_failed_emit_is_retried_and_not_recorded(tmp_path: Path) -> None:
     assert emit.folders == ["f"]
 
 
-def test_event_id_is_stable_per_folder(tmp_path: Path) -> None:
-    assert event_id(tmp_path / "x") == event_id(tmp_path / "x") != event_id(tmp_path / "y")
+def test_event_id_and_reference_are_stable_per_folder_and_hold_no_part_of_its_name(tmp_path: Path) -> None:
+    from pipeline import sources
+
+    out = tmp_path / "out"
+    x, y = tmp_path / "scans_320106197701013454", tmp_path / "y"
+    ref = sources.folder_reference(out, x)
+    assert ref == sources.folder_reference(out, x) != sources.folder_reference(out, y)
+    assert event_id(ref) == event_id(sources.folder_reference(out, x)) != event_id(sources.folder_reference(out, y))
+    assert "3201" not in ref and "scans" not in ref and sources.resolve(out, ref) == x.resolve()
+    # keyed with OUT's own key: the same folder under another OUT has another reference
+    assert sources.folder_reference(tmp_path / "other", x) != ref
+    with pytest.raises(ValueError, match="is not in"):
+        sources.resolve(tmp_path / "other", ref.replace(ref[-4:], "0000"))
 
 
 @pytest.mark.timeout(60)
