@@ -50,3 +50,11 @@ def test_normalised_characters_have_the_target_height_and_a_margin() -> None:
     assert len(bands) == 2 and all(0.8 * zone_only.CHAR_HEIGHT <= h <= 1.25 * zone_only.CHAR_HEIGHT for h in heights)
     pad = round(zone_only.MARGIN * zone_only.CHAR_HEIGHT)
     assert bands[0][0] >= pad and bands[-1][1] < out.shape[0] - pad
+
+
+def test_two_card_sides_side_by_side_are_no_zone_only_image() -> None:
+    """As wide as a zone (a card's two sides scanned next to each other), but with a card's many text rows."""
+    card = np.asarray(R.id_card_td1(random_mrz_person(random.Random(4), "id_card")).image.convert("RGB"))
+    both = np.concatenate([card, card], axis=1)
+    assert both.shape[1] >= zone_only.MIN_ASPECT * both.shape[0]
+    assert zone_only.prepared(both) is None
