@@ -17,7 +17,9 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-MIN_ASPECT = 2.8  # width over height of a zone-only image; a whole document is below 1.7
+from pipeline.prepare.load import ZONE_STRIP_ASPECT
+
+MIN_ASPECT = ZONE_STRIP_ASPECT  # width over height of a zone-only image; a whole document is below 1.7
 MAX_LINES = 3
 CHAR_HEIGHT = 32  # px, the characters' height after normalisation
 MARGIN = 1.0  # of a character height, added on every side
