@@ -39,7 +39,9 @@ class PrepareSettings(BaseSettings):
     # Excluded from the fingerprint: it decides whether a file is read at all, not what its result is.
     max_input_bytes: int = Field(512 * 1024 * 1024, ge=1, exclude=True,
                                  description="larger files are too_large (a document is read into memory once)")
-    min_input_side: int = Field(48, ge=1, description="pages smaller than this on either side are too_small")
+    min_input_side: int = Field(48, ge=1, description=(
+        "pages smaller than this on either side are too_small (a strip at least 2.8 times as wide as high, a "
+        "cut-out MRZ, down to half of it)"))
     pdf_dpi: int = Field(200, ge=50, le=600, description="at most this resolution when rendering a PDF page")
     jpeg_quality: int = Field(90, ge=50, le=100, description="JPEG quality of the page sent to a model")
 

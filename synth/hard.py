@@ -19,7 +19,7 @@ from typing import Literal
 
 import cv2
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFilter
 
 from synth import conditions as C
 from synth.render import Rendered, font
@@ -217,6 +217,40 @@ def occlusion(r: Rendered, rng: random.Random) -> Image.Image:
     return img
 
 
+def mrz_strip(r: Rendered, rng: random.Random) -> Image.Image:
+    """The zone alone, as passport readers, kiosks and scanners save it: the document cropped to its MRZ lines
+    with a margin of a fraction of a line (down to almost touching the characters), a slight tilt, the size the
+    device stores (300-1200 px wide, 7-27 px a character), a little optical blur; a third in grey, a third
+    binarised by the device."""
+    x0, y0, x1, y1 = _mrz_band(r)
+    line_h = float(np.median([b[3] - b[1] for b in r.mrz_boxes]))
+    mx, my = rng.uniform(0.05, 1.2) * line_h, rng.uniform(0.05, 0.6) * line_h
+    w, h = r.image.size
+    crop = r.image.convert("RGB").crop((max(0, round(x0 - mx)), max(0, round(y0 - my)), min(w, round(x1 + mx)),
+                                        min(h, round(y1 + my))))
+    angle = rng.uniform(-1.5, 1.5)
+    crop = crop.rotate(angle, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=crop.getpixel((0, 0)))
+    width = rng.randint(300, 1200)
+    crop = crop.resize((width, max(1, round(crop.height * width / crop.width))), Image.Resampling.LANCZOS)
+    crop = crop.filter(ImageFilter.GaussianBlur(rng.uniform(0.0, 0.9)))
+    style = rng.choice(("colour", "grey", "binary"))
+    if style == "grey":
+        crop = crop.convert("L").convert("RGB")
+    elif style == "binary":
+        grey = np.asarray(crop.convert("L"))
+        _, bw = cv2.threshold(grey, 0, 255, cv2.THRESH_BINARY | cv2.THRESH_OTSU)
+        crop = Image.fromarray(bw).convert("RGB")
+    return crop
+
+
+def zone_name(mrz: tuple[str, ...]) -> str:
+    """The holder's name as the zone writes it ("SURNAME GIVEN NAMES"), which is all a zone-only image shows:
+    the name field of line 1 (TD2, TD3, visas) or line 3 (TD1)."""
+    field = mrz[2] if len(mrz) == 3 else mrz[0][5:]
+    surname, _, given = field.partition("<<")
+    return " ".join(f"{surname} {given}".replace("<", " ").split())
+
+
 # What a condition applies to: "any" document, "mrz" documents only (it is put over the MRZ), or "one"
 # document filling the capture (not the A4 photocopy of a card's two sides: a 512 px photo of that sheet leaves
 # the card's name ~5 px tall and its dates ~4 px, below what a careful human reads, so the ground truth would
@@ -237,4 +271,5 @@ HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, Scope]] = {
     "hard_rot90": (rotated(90), "jpeg", 85, "any"),
     "hard_rot180": (rotated(180), "jpeg", 85, "any"),
     "hard_rot270": (rotated(270), "jpeg", 85, "any"),
+    "mrz_strip": (mrz_strip, "jpeg", 80, "mrz"),
 }

@@ -272,8 +272,10 @@ def passport_td3(p: MRZPerson, variant: int = 0) -> Rendered:
                     mrz=mrz, mrz_boxes=tuple(c.mrz_boxes), texts=c.texts, kind="passport_td3")
 
 
-def id_card_td1(p: MRZPerson, variant: int = 0) -> Rendered:
-    """ICAO TD1 ID card (CR80) with visual zone and a 3x30 MRZ on the same side."""
+def id_card_td1(p: MRZPerson, variant: int = 0, marks: bool = False) -> Rendered:
+    """ICAO TD1 ID card (CR80) with visual zone and a 3x30 MRZ on the same side. `marks`: the layout prints
+    field numbers before the name values and quotation marks round the surname (`1. „SURNAME“`, `2. GIVEN`),
+    as some cards and licences do."""
     img = _background(CARD_W, CARD_H, (242, 246, 240), (190, 212, 190), variant + 3)
     c = _Canvas(img)
     c.draw.rounded_rectangle((0, 0, CARD_W - 1, CARD_H - 1), radius=28, outline=(200, 205, 200), width=2)
@@ -281,8 +283,8 @@ def id_card_td1(p: MRZPerson, variant: int = 0) -> Rendered:
     c.text((520, 16), p.state_name, "sans_bold", 24, (40, 90, 60))
     _photo_box(c, (30, 64, 210, 300))
     x1, x2 = 240, 560
-    _field(c, x1, 56, "Surname", p.surname, 26, 15)
-    _field(c, x1, 112, "Given names", p.given_names, 26, 15)
+    _field(c, x1, 56, "Surname", f"1. „{p.surname}“" if marks else p.surname, 26, 15)
+    _field(c, x1, 112, "Given names", f"2. {p.given_names}" if marks else p.given_names, 26, 15)
     _field(c, x1, 168, "Sex", p.sex, 26, 15)
     _field(c, x1 + 110, 168, "Nationality", p.nationality, 26, 15)
     _field(c, x2, 168, "Date of birth", printed_date(p.birth), 26, 15)

@@ -389,7 +389,10 @@ def _hard_worker(args: tuple[int, str, str, int, str]) -> list[dict]:
     img = transform(r, rng)
     rel = f"h{i:04d}_{kind}_{cond}{C.FORMATS[fmt]}"
     _write(Path(out), rel, C.encode(img, fmt, quality=quality))
-    return [_truth(rel, r, 0, condition=cond)]  # every hard condition keeps the page's aspect
+    truth = _truth(rel, r, 0, condition=cond)  # every hard condition keeps the page's aspect
+    if cond == "mrz_strip":  # the zone alone: its name as the zone writes it, and the strip's own aspect
+        truth.update(name=H.zone_name(r.mrz), orientation=_orientation(img))
+    return [truth]
 
 
 def build_hard(out_dir: str | Path, count: int = 120, seed: int = 101, jobs: int = 1,

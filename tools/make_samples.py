@@ -6,7 +6,7 @@
     python tools/make_samples.py /tmp/hard --set hard --count 120 --seed 101 [--conditions glare,occlusion]
 
 The hard set (synth/hard.py: watermark, glare, hologram, dark phone photo, 512 px, motion blur, JPEG 15,
-moiré, occluded MRZ line, photos at 90/180/270) is tuning material: tune on seed 101, evaluate on 202.
+moiré, occluded MRZ line, photos at 90/180/270, the zone alone) is tuning material: tune on seed 101, evaluate on 202.
 
 The output is a pure function of (--set, --count, --seed): re-running gives byte-identical files.
 The sample set writes ground_truth.json, the eval set manifest.json (same shape plus "condition").

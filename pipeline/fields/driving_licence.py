@@ -23,6 +23,7 @@ from typing import Literal, Sequence
 from pipeline.fields import national_mrz
 from pipeline.fields.dates import parse_printed_dates, yymmdd
 from pipeline.fields.national_mrz import Check, Layout
+from pipeline.fields.values import clean_name, clean_number
 
 FRENCH = Layout(
     prefix="D1FRA",
@@ -105,8 +106,9 @@ _FIELD = re.compile(r"^\s*(1|2|4\s*b|5)\s*[.,:]\s*(\S.*)$", re.IGNORECASE)
 
 
 def _name_words(value: str) -> str:
-    """Given names are printed comma-separated on some licences ("CLAIRE, MARIE"): words only."""
-    return " ".join(value.replace(",", " ").split())
+    """Given names are printed comma-separated on some licences ("CLAIRE, MARIE"): words only, without the
+    quotation marks some licences print round the surname (`values.clean_name`)."""
+    return clean_name(value.replace(",", " "))
 
 
 @dataclass(slots=True)
@@ -135,5 +137,5 @@ def read_printed(texts: Sequence[str], today: date) -> PrintedLicence:
         elif key == "4b" and printed.expiry is None and (dates := parse_printed_dates(value, today=today)):
             printed.expiry = (dates[0], i)
         elif key == "5" and printed.number is None:
-            printed.number = (re.sub(r"\s+", "", value.upper()), i)
+            printed.number = (clean_number(value.upper()), i)
     return printed

@@ -7,6 +7,7 @@ Anything not supported by text on the page stays None: a field the document type
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import date
 from statistics import mean
@@ -25,6 +26,11 @@ CHECK_FAILED = 0.5
 UNCHECKED_NAME = 0.85
 CROSS_DISAGREES = 0.5
 HEURISTIC = 0.5  # value found by position/shape rather than a label (visual zone without MRZ)
+
+# What any document number looks like (the schema's characters and length) with at least one digit: a word
+# read where the number should be (the page's "PASSPORT" in its own language) has none. A format may ask more
+# (`DocumentFormat.number_shape`: the issuer's pattern).
+DOCUMENT_NUMBER = re.compile(r"(?=[0-9A-Z]*\d)[0-9A-Z]{5,20}")
 
 
 @dataclass(slots=True)
@@ -64,8 +70,10 @@ class Page:
 
 @dataclass(slots=True)
 class Builder:
-    """The fields, states and checks of a reading as a format fills them in."""
+    """The fields, states and checks of a reading as a format fills them in. A name that does not look like a
+    name (`looks_like_name`) or a number without the format's `number_shape` is unreadable, never stored."""
 
+    number_shape: re.Pattern[str] = DOCUMENT_NUMBER
     fields: dict[str, str | None] = field(default_factory=lambda: dict.fromkeys(FIELD_NAMES))
     states: dict[str, FieldReading] = field(default_factory=dict)
     checks: list[str] = field(default_factory=list)
@@ -74,6 +82,9 @@ class Builder:
     def present(self, key: str, value: str, confidence: float) -> None:
         if key == "name" and not looks_like_name(value):
             self.failures.append("name.shape")
+            return self.unreadable(key)
+        if key == "id_number" and not self.number_shape.fullmatch(re.sub(r"\s+", "", value.upper())):
+            self.failures.append("number.shape")
             return self.unreadable(key)
         self.fields[key] = value
         self.states[key] = FieldReading(value, "present", round(min(max(confidence, 0.0), 1.0), 3))

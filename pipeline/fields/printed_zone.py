@@ -15,6 +15,7 @@ from typing import Sequence
 
 from pipeline.fields.dates import parse_printed_dates
 from pipeline.fields.lines import OcrLine, fold
+from pipeline.fields.values import clean_name, clean_number
 
 _LABELS: dict[str, tuple[str, ...]] = {
     "surname": ("surname", "primary identifier", "apellidos", "nom", "mbiemri", "soyadi", "nazwisko"),
@@ -32,8 +33,11 @@ def label_kind(text: str) -> str | None:
     """Which field a label box names, matching each '/'-separated language variant fuzzily (OCR mangles
     small label print). Each "m" read is also tried as "rn": small print's "rn" is read as "m" so often
     ('Sumame', 'Sumtame' for 'Surname') that a plain ratio would lose the label. Only that way round: comparing
-    "rn" as "m" on both sides shortens the labels, and short debris ('Suae') would then pass for one."""
+    "rn" as "m" on both sides shortens the labels, and short debris ('Suae') would then pass for one.
+    A label one of whose variants names the surname is a surname label ("Name/Surname" on German cards, whose
+    full name is surname and "Vornamen/Given names" together)."""
     best, best_ratio = None, 0.0
+    kinds = set()
     for part in re.split(r"[/|]", text):
         folded = fold(part).lower()
         if not folded:
@@ -41,8 +45,12 @@ def label_kind(text: str) -> str | None:
         for kind, words in _LABELS.items():
             for word, read in itertools.product(words, _rn_readings(folded)):
                 ratio = difflib.SequenceMatcher(None, read, word).ratio()
+                if ratio >= 0.8:
+                    kinds.add(kind)
                 if ratio > best_ratio:
                     best, best_ratio = kind, ratio
+    if best == "name" and "surname" in kinds:
+        return "surname"
     return best if best_ratio >= 0.8 else None
 
 
@@ -81,16 +89,32 @@ def read_printed(lines: Sequence[OcrLine]) -> Printed:
             continue
         if kind == "personal":
             printed.personal.add(re.sub(r"\s+", "", value.text.upper()))
-        else:
-            printed.values[kind] = (value.text.strip(), value.score)
+        elif cleaned := _clean(kind, value.text):
+            printed.values[kind] = (cleaned, value.score)
     return printed
 
 
+def _clean(kind: str, text: str) -> str:
+    """The value without the marks, field numbers and label words printed around it (`values`)."""
+    if kind in ("surname", "given", "name"):
+        return clean_name(text)
+    if kind == "number":
+        return clean_number(text)
+    return text.strip()
+
+
 def printed_name(printed: Printed) -> tuple[str, float] | None:
-    if "surname" in printed.values and "given" in printed.values:
-        (s, s_score), (g, g_score) = printed.values["surname"], printed.values["given"]
+    """The printed full name: surname and given names together where the page labels them apart, else the
+    value of a name label. Half of it is no name: a page that labels surname and given names apart but where
+    only one of them was read (or beside a full-name label) gives None, so a given name alone (or a surname
+    alone, or a "SPECIMEN" printed as both) is never taken for the full name."""
+    values = printed.values
+    if "surname" in values and "given" in values:
+        (s, s_score), (g, g_score) = values["surname"], values["given"]
         return f"{s} {g}", min(s_score, g_score)
-    return printed.values.get("name")
+    if "surname" in values or "given" in values:
+        return None
+    return values.get("name")
 
 
 _NUMBER_SHAPE = re.compile(r"[A-Z]{0,2}\d{6,10}[A-Z]?")

@@ -36,6 +36,19 @@ _WIDE_INT_MODES = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N"})
 Box = tuple[int, int, int, int]  # (x0, y0, x1, y1) in full-size page pixels, x1/y1 exclusive
 
 
+# A page at least this many times as wide as high may be a cut-out machine-readable zone (1-3 lines), which is
+# readable down to half the minimum side: two 44-character lines of 12-15 px characters in a 40 px strip.
+ZONE_STRIP_ASPECT = 2.8
+
+
+def too_small(width: int, height: int, min_side: int) -> bool:
+    """Below `min_side` on either side, except a landscape strip shaped like a cut-out zone
+    (`ZONE_STRIP_ASPECT`) at least half `min_side` high."""
+    if min(width, height) >= min_side:
+        return False
+    return not (width >= ZONE_STRIP_ASPECT * height and height >= min_side / 2)
+
+
 class VerifiedPage:
     """One page of a document: its bytes read once and checked against the ref's SHA-256, its full size known
     from the header, its pixels decoded (at most twice, from those same bytes) at the size a caller asks for.
@@ -53,7 +66,7 @@ class VerifiedPage:
         # (w, h) as shown, at full size (a PDF at pdf_dpi): the coordinates of every box.
         self.size = page_size(self._data, ref.page, settings)
         w, h = self.size
-        if min(w, h) < settings.min_input_side:
+        if too_small(w, h, settings.min_input_side):
             raise ContainerError(Reason.TOO_SMALL, f"{w}x{h} is below min_input_side {settings.min_input_side}")
         # The last decode, in RGB, reused when it is large enough: a PIL image until a caller needs all of it as
         # an array, then only the array (a 4000 px page is 48 MB as a PIL image, 36 MB as an array).

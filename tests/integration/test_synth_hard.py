@@ -70,3 +70,16 @@ def test_phone512_photographs_one_document_not_an_a4_sheet(tmp_path):
     manifest = S.build_hard(tmp_path, 7, 5, conditions=["phone512"])
     kinds = {m["path"].split("_", 1)[1].rsplit("_", 1)[0] for m in manifest}
     assert kinds == set(S.KINDS) - {"cn_both"}
+
+
+def test_mrz_strip_is_the_zone_alone(tmp_path):
+    """A zone-only image: wide (its 2-3 lines fill the frame), 300-1200 px wide, with the name as the zone
+    writes it and the strip's own orientation in the ground truth."""
+    manifest = S.build_hard(tmp_path, 8, 5, conditions=["mrz_strip"])
+    assert {m["doc_type"] for m in manifest} <= {"passport", "id_card", "visa"}
+    from PIL import Image
+
+    for m in manifest:
+        with Image.open(tmp_path / m["path"]) as img:
+            assert 300 <= img.width <= 1250 and img.height < img.width / 2.5
+        assert m["orientation"] == "landscape" and m["name"]

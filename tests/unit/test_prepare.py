@@ -130,13 +130,20 @@ def test_exif_orientation_is_applied(tmp_path: Path, orientation: int, size: tup
     assert px[size[1] // 2, size[0] // 2, 1] > 200  # white centre
 
 
-@pytest.mark.parametrize("size", [(1, 1), (40, 400), (400, 47)])
+@pytest.mark.parametrize("size", [(1, 1), (40, 400), (400, 23), (100, 47)])
 def test_too_small(tmp_path: Path, size: tuple[int, int]) -> None:
     path = tmp_path / "tiny.png"
     Image.new("RGB", size, "white").save(path)
     with pytest.raises(ContainerError) as e:
         _load(path)
     assert e.value.reason is Reason.TOO_SMALL
+
+
+def test_a_strip_shaped_like_a_cut_out_zone_is_not_too_small(tmp_path: Path) -> None:
+    """Two MRZ lines of 13 px characters: 367x39 px, readable, though below the minimum side."""
+    path = tmp_path / "zone.png"
+    Image.new("RGB", (367, 39), "white").save(path)
+    assert _load(path).shape == (39, 367, 3)
 
 
 def test_min_side_is_accepted(tmp_path: Path) -> None:

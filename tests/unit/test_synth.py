@@ -366,3 +366,11 @@ def test_eval_small_build(tmp_path):
             if e["doc_type"] == "cn_id" and e["id_number"]:
                 assert cn_id_valid(e["id_number"])
     assert any(e.get("expect_skip") for e in m1) and any(e.get("expect_failure") for e in m1)
+
+
+def test_zone_name_reads_the_name_field_of_each_zone_format():
+    from synth.hard import zone_name
+
+    td3 = ("P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10")
+    td1 = ("I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6", "ERIKSSON<<ANNA<MARIA<<<<<<<<<<")
+    assert zone_name(td3) == zone_name(td1) == "ERIKSSON ANNA MARIA"

@@ -14,6 +14,7 @@ from pipeline.datamodel import Reason
 from pipeline.fields import cn_id, cn_permanent_residence
 from pipeline.fields.formats.registry import FormatDefaults, NumberCheck
 from pipeline.fields.lines import line_score
+from pipeline.fields.names import simplified
 from pipeline.fields.page import CROSS_DISAGREES, Builder, DocumentType, Page
 
 CHECK = NumberCheck("cn_id.checksum", cn_id.is_valid_number, "MOD 11-2 check character or embedded birth date is wrong")
@@ -40,6 +41,7 @@ class ResidentIdFormat(FormatDefaults):
     name = "cn_id"
     doc_types = ("cn_id",)
     may_carry_mrz = False
+    number_shape = re.compile(r"\d{17}[\dX]")
     number_checks = {"cn_id": CHECK}
     stray_number_checks = (STRAY_CHECK,)
     long_term = {"cn_id": "a PRC resident ID card"}
@@ -65,8 +67,8 @@ class ResidentIdFormat(FormatDefaults):
             b.checks += front.checks
             b.failures += front.check_failures
             penalty = CROSS_DISAGREES if front.check_failures else 1.0
-            if front.name:
-                b.present("name", front.name, line_score(lines, front.name) * penalty)
+            if front.name:  # the card prints simplified characters (a traditional one is an OCR reading)
+                b.present("name", simplified(front.name), line_score(lines, front.name) * penalty)
             if front.number:
                 b.present("id_number", front.number, line_score(lines, front.number) * penalty)
         else:

@@ -6,6 +6,8 @@ Registered before the resident ID card: its title also says 中华人民共和�
 
 from __future__ import annotations
 
+import re
+
 from pipeline.fields import cn_permanent_residence
 from pipeline.fields.formats.registry import FormatDefaults, NumberCheck
 from pipeline.fields.lines import line_score
@@ -18,6 +20,7 @@ CHECK = NumberCheck("cn_pr.checksum", cn_permanent_residence.is_valid_number,
 class PermanentResidenceFormat(FormatDefaults):
     name = "cn_permanent_residence"
     doc_types = ("cn_permanent_residence",)
+    number_shape = re.compile(r"[A-Z]{3}\d{12}|9\d{16}[\dX]")  # the 2017 and the 2023 model
     number_checks = {"cn_permanent_residence": CHECK}
 
     def find(self, page: Page) -> Page | None:

@@ -6,6 +6,7 @@ absent (front only) or unreadable (back shown, date not legible). Never derived 
 
 from __future__ import annotations
 
+import re
 from datetime import date
 
 from pipeline.fields import french_id
@@ -16,6 +17,7 @@ from pipeline.fields.page import Builder, Page
 class FrenchIdFormat(ZoneFormat):
     name = "french_id_1988"
     doc_types = ("id_card",)
+    number_shape = re.compile(r"\d{4}[0-9A-Z]{3}\d{5}")  # issue YYMM, office, sequence
 
     def find_zone(self, rows: list[str], today: date) -> ZoneFields | None:
         zone = french_id.find(rows, today)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from pipeline.datamodel import Reason
-from pipeline.fields.page import Builder, DocumentReading, DocumentType, Page
+from pipeline.fields.page import DOCUMENT_NUMBER, Builder, DocumentReading, DocumentType, Page
 
 T = TypeVar("T")
 
@@ -42,8 +42,9 @@ class DocumentFormat(Protocol[T]):
     `long_term` (doc type -> who holds a document valid for life, for the error message), `fatal_checks`
     (failed checks that mean a stored value is wrong), `evidence_source` (the calibration class of a field's
     evidence, None when the checks show none of this format's), `may_carry_mrz` (an MRZ re-read can help a
-    page this format read) and `settled_by_zone` (a fully checked zone decides the reading: the printed zone
-    only confirms it, so OCR may stop reading the page early).
+    page this format read), `settled_by_zone` (a fully checked zone decides the reading: the printed zone
+    only confirms it, so OCR may stop reading the page early) and `number_shape` (what a document number of
+    this format looks like, upper case without spaces: a reading without that shape is unreadable, not stored).
     """
 
     name: str
@@ -51,6 +52,7 @@ class DocumentFormat(Protocol[T]):
     has_zone: bool
     may_carry_mrz: bool
     settled_by_zone: bool
+    number_shape: re.Pattern[str]
     number_checks: Mapping[DocumentType, NumberCheck]
     stray_number_checks: tuple[NumberCheck, ...]
     long_term: Mapping[DocumentType, str]
@@ -69,6 +71,7 @@ class FormatDefaults:
     has_zone = False
     may_carry_mrz = True
     settled_by_zone = False
+    number_shape: re.Pattern[str] = DOCUMENT_NUMBER
     number_checks: Mapping[DocumentType, NumberCheck] = {}
     stray_number_checks: tuple[NumberCheck, ...] = ()
     long_term: Mapping[DocumentType, str] = {}
@@ -169,7 +172,7 @@ class Registry:
 
 
 def _read_with(fmt: DocumentFormat[T], found: T, page: Page) -> DocumentReading:
-    b = Builder()
+    b = Builder(number_shape=fmt.number_shape)
     doc_type = fmt.read(found, page, b)
     if doc_type not in fmt.doc_types:  # the schema and the prompts offer only the declared types
         raise ValueError(f"format {fmt.name!r} read a {doc_type!r}, not one of its doc types {fmt.doc_types}")
