@@ -19,6 +19,7 @@ class PermanentResidenceFormat(FormatDefaults):
     name = "cn_permanent_residence"
     doc_types = ("cn_permanent_residence",)
     number_checks = {"cn_permanent_residence": CHECK}
+    disagreements = {"cn_pr.birth_matches_printed": "id_number"}  # the printed birth date and the number's
 
     def find(self, page: Page) -> Page | None:
         return page if cn_permanent_residence.is_card(page.texts) else None
