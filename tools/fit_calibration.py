@@ -92,7 +92,7 @@ def read_observations(path: Path, *, markers: bool = False) -> list[dict]:
     """The field observations of a JSON-lines file (with `markers`, also the rows of pages with no present
     field, which only say the page was read)."""
     rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-    return rows if markers else [o for o in rows if o.get("field") is not None]
+    return rows if markers else [o for o in rows if not ("field" in o and o["field"] is None)]
 
 
 def reclass(observations: list[dict]) -> list[dict]:
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = read_observations(args.observations, markers=True) \
             if args.observations and args.observations.exists() else []
         done = {(o["manifest"], o["path"], o["page"]) for o in rows if "path" in o}
-        observations += [o for o in rows if o.get("field") is not None]
+        observations += [o for o in rows if not ("field" in o and o["field"] is None)]
         with (args.observations.open("a", encoding="utf-8") if args.observations else nullcontext()) as sink:
             for manifest in args.manifests:
                 observations += observe(manifest, args.today, args.limit, sink, done)
