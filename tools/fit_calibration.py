@@ -1,10 +1,18 @@
 #!/usr/bin/env python
 """Refit the confidence calibration table (pipeline/calibration_table.json) on tuning manifests.
 
-    python tools/make_samples.py /tmp/tune --set eval --count 120 --seed 101
-    python tools/make_samples.py /tmp/tune_hard --set hard --count 120 --seed 101
-    python tools/fit_calibration.py /tmp/tune/manifest.json /tmp/tune_hard/manifest.json \\
-        --observations /tmp/obs.jsonl --out pipeline/calibration_table.json
+    python tools/make_samples.py /tmp/e101 --set eval --count 300 --seed 101
+    python tools/make_samples.py /tmp/h101 --set hard --count 240 --seed 101
+    python tools/fit_calibration.py /tmp/e101/manifest.json /tmp/h101/manifest.json \\
+        --observations data/calibration_observations.jsonl --out pipeline/calibration_table.json
+    python tools/fit_calibration.py --from-observations data/calibration_observations.jsonl --reclass \\
+        --out pipeline/calibration_table.json        # after a change to the evidence classes: no OCR
+
+Tuning seeds are 101-120, for both `--set eval` and `--set hard`; every other seed is for evaluation. The
+observations of the shipped table are committed (`data/calibration_observations.jsonl`: classes, checks, raw
+scores and right/wrong per field, no values); more tuning pages are added by naming more tuning manifests
+with the same `--observations` file (pages already in it, by manifest folder name and page path, are skipped:
+name the folders by set and seed).
 
 Every manifest page is prepared and read by the embedded OCR backend *without* calibration; each present
 field becomes one observation (evidence class with the doc type and checks it comes from, raw score, right or
