@@ -23,6 +23,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from pipeline.confidence_rules import cap_disagreements
 from pipeline.datamodel import Extraction, FieldReading
 from pipeline.fields.formats import FORMATS
 
@@ -69,14 +70,15 @@ class Calibration:
         return round(curve(raw), 4) if curve else min(raw, self.unseen_cap)
 
     def apply(self, extraction: Extraction) -> Extraction:
-        """The extraction with every present field's confidence calibrated (absent/unreadable unchanged)."""
+        """The extraction with every present field's confidence calibrated (absent/unreadable unchanged), then
+        the rules no table overrides (`confidence_rules.cap_disagreements`)."""
         doc_type = extraction.fields.get("doc_type")
         states = dict(extraction.field_states)
         for name, reading in states.items():
             if reading.state == "present":
                 cls_name = evidence_class(name, doc_type, extraction.checks, extraction.check_failures)
                 states[name] = FieldReading(reading.value, "present", self.confidence(cls_name, reading.confidence))
-        return dataclasses.replace(extraction, field_states=states)
+        return cap_disagreements(dataclasses.replace(extraction, field_states=states))
 
 
 @cache

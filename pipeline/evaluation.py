@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline import progress
 from pipeline.calibration import evidence_class
+from pipeline.confidence_rules import disagreeing_fields
 from pipeline.config import Settings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
 from pipeline.ingest import sha256_file
@@ -72,6 +73,7 @@ class ItemResult:
     failure: str | None
     evidence: dict[str, tuple[str, float]] = field(default_factory=dict)  # present field -> (class, confidence)
     states: dict[str, str] = field(default_factory=dict)  # field -> present | absent | unreadable
+    disagreeing: list[str] = field(default_factory=list)  # present fields whose sources disagree (never accepted)
 
 
 def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
@@ -86,12 +88,13 @@ def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
         evidence = {k: (evidence_class(k, fields.get("doc_type"), ex.checks, ex.check_failures), states[k].confidence)
                     for k in FIELD_NAMES if k in states and states[k].state == "present"}
         state_names = {k: states[k].state for k in FIELD_NAMES if k in states}
+        disagreeing = sorted(k for k in disagreeing_fields(ex.check_failures) if k in evidence)
     else:
         predicted, confidence, failure = dict.fromkeys(FIELD_NAMES), 0.0, f"{outcome.stage}/{outcome.reason}"
-        evidence, state_names = {}, {}
+        evidence, state_names, disagreeing = {}, {}, []
     correct = {k: normalise(k, predicted[k]) == normalise(k, item.truth[k]) for k in FIELD_NAMES}
     invented = [k for k in FIELD_NAMES if item.truth[k] is None and predicted[k] is not None]
-    return ItemResult(item, predicted, correct, invented, confidence, failure, evidence, state_names)
+    return ItemResult(item, predicted, correct, invented, confidence, failure, evidence, state_names, disagreeing)
 
 
 @dataclass
@@ -183,7 +186,8 @@ class EvalReport:
             # per document, for refitting/checking the calibration offline (tools/fit_calibration.py): no values
             "documents_scored": [{"path": r.item.rel_path, "condition": r.item.condition, "failure": r.failure,
                                   "confidence": r.confidence, "correct": r.correct,
-                                  "states": r.states, "evidence": {k: list(v) for k, v in r.evidence.items()}}
+                                  "states": r.states, "evidence": {k: list(v) for k, v in r.evidence.items()},
+                                  "disagreeing": r.disagreeing}
                                  for r in self.results],
         }
 

@@ -1,17 +1,29 @@
 #!/usr/bin/env python
 """Refit the confidence calibration table (pipeline/calibration_table.json) on tuning manifests.
 
-    python tools/make_samples.py /tmp/tune --set eval --count 120 --seed 101
-    python tools/make_samples.py /tmp/tune_hard --set hard --count 120 --seed 101
-    python tools/fit_calibration.py /tmp/tune/manifest.json /tmp/tune_hard/manifest.json \\
-        --observations /tmp/obs.jsonl --out pipeline/calibration_table.json
+    python tools/make_samples.py /tmp/e101 --set eval --count 300 --seed 101
+    python tools/make_samples.py /tmp/h101 --set hard --count 240 --seed 101
+    python tools/fit_calibration.py /tmp/e101/manifest.json /tmp/h101/manifest.json \\
+        --observations data/calibration_observations.jsonl --out pipeline/calibration_table.json
+    python tools/fit_calibration.py --from-observations data/calibration_observations.jsonl --reclass \\
+        --out pipeline/calibration_table.json        # after a change to the evidence classes: no OCR
+
+Tuning seeds are 101-120, for both `--set eval` and `--set hard`; every other seed is for evaluation. The
+observations of the shipped table are committed (`data/calibration_observations.jsonl`: classes, checks, raw
+scores and right/wrong per field, no values); more tuning pages are added by naming more tuning manifests
+with the same `--observations` file (pages already in it, by manifest folder name and page path, are skipped:
+name the folders by set and seed).
 
 Every manifest page is prepared and read by the embedded OCR backend *without* calibration; each present
-field becomes one observation (evidence class, raw score, right or wrong: values are never written). Per
-class, pool-adjacent-violators gives the isotonic step function from raw score to the share of right values,
-each step smoothed as (right + 1) / (seen + 2) so a class seen 40 times right is not called certain.
-`--observations` keeps the observations (JSON lines) so a refit from them (`--from-observations`) needs no
-OCR. Use tuning seeds only: evaluating on the seeds the table was fitted on would flatter it.
+field becomes one observation (evidence class with the doc type and checks it comes from, raw score, right or
+wrong: values are never written). Per class, pool-adjacent-violators gives the isotonic step function from raw
+score to the share of right values, each step mapped to the lower end of its 95% Wilson interval
+(`pipeline.calibration_fit`); the script prints and the table stores per class the observations, the right count
+and the 95% interval. `--observations` appends the observations (JSON lines) page by page, so an interrupted run
+resumes and a refit from them (`--from-observations`, with `--reclass` after a change to the evidence classes)
+needs no OCR as long as the raw readings did not change. The table is keyed for the embedded backend (`key`:
+backend, OCR model id, no prompt). Use tuning seeds only: evaluating on the seeds the table was fitted on would
+flatter it.
 """
 
 from __future__ import annotations
@@ -19,14 +31,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 from datetime import date
 from pathlib import Path
+from typing import TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.backends.ocr import OcrBackend  # noqa: E402
+from pipeline.backends.registry import OCR, ocr_model_id  # noqa: E402
 from pipeline.calibration import Calibration, evidence_class  # noqa: E402
 from pipeline.calibration_fit import fit  # noqa: E402
+from pipeline.confidence_rules import DISAGREEMENT_CAP  # noqa: E402
 from pipeline.config import Settings  # noqa: E402
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure  # noqa: E402
 from pipeline.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise  # noqa: E402
@@ -34,29 +50,63 @@ from pipeline.ingest import sha256_file  # noqa: E402
 from pipeline.prepare import prepare_page  # noqa: E402
 
 
-def observe(manifest: Path, today: date, limit: int | None = None) -> list[dict]:
-    """One observation per present field of every page of `manifest` (its first `limit` pages)."""
+# what the table is fitted for: tables are keyed (backend, model, prompt); the OCR has no prompt
+OCR_KEY = {"backend": OCR.name, "model": ocr_model_id(), "prompt": None}
+
+
+def observe(manifest: Path, today: date, limit: int | None = None, sink: TextIO | None = None,
+            done: set[tuple[str, str, int]] | None = None) -> list[dict]:
+    """One observation per present field of every page of `manifest` (its first `limit` pages). Each holds
+    what its evidence class is computed from (doc type, checks passed and failed), so the classes can be
+    redrawn later without reading the pages again (`--reclass`). Written to `sink` page by page as they come;
+    pages in `done` ((manifest, path, page) already observed) are not read again."""
     settings = Settings()
     backend = OcrBackend(today=today, calibrated=False)
     out = []
     items = load_manifest(manifest)[:limit]
     for n, item in enumerate(items, start=1):
+        if done and (manifest.parent.name, item.rel_path, item.page) in done:
+            continue
         ref = DocumentRef(path=item.path, rel_path=item.rel_path, sha256=sha256_file(item.path), page=item.page)
         prepared = prepare_page(ref, settings.prepare)
         if isinstance(prepared, Failure):
             continue
         ex = backend.read(prepared)
+        doc_type = ex.fields.get("doc_type")
+        page_obs = []
         for name in FIELD_NAMES:
             reading = ex.field_states.get(name)
             if reading is None or reading.state != "present":
                 continue
-            out.append({"manifest": manifest.parent.name, "condition": item.condition, "field": name,
-                        "class": evidence_class(name, ex.fields.get("doc_type"), ex.checks, ex.check_failures),
-                        "raw": reading.confidence,
-                        "correct": normalise(name, reading.value) == normalise(name, item.truth[name])})
+            page_obs.append({"manifest": manifest.parent.name, "path": item.rel_path, "page": item.page,
+                             "condition": item.condition, "field": name, "doc_type": doc_type,
+                             "checks": ex.checks, "failures": ex.check_failures,
+                             "class": evidence_class(name, doc_type, ex.checks, ex.check_failures),
+                             "raw": reading.confidence,
+                             "correct": normalise(name, reading.value) == normalise(name, item.truth[name])})
+        if not page_obs:  # a page with nothing present: recorded so a resumed run skips it too
+            page_obs.append({"manifest": manifest.parent.name, "path": item.rel_path, "page": item.page,
+                             "condition": item.condition, "field": None})
+        if sink is not None:
+            sink.write("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in page_obs))
+            sink.flush()
+        out += [o for o in page_obs if o["field"] is not None]
         print(f"\r{manifest.parent.name}: {n}/{len(items)}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     return out
+
+
+def read_observations(path: Path, *, markers: bool = False) -> list[dict]:
+    """The field observations of a JSON-lines file (with `markers`, also the rows of pages with no present
+    field, which only say the page was read)."""
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return rows if markers else [o for o in rows if not ("field" in o and o["field"] is None)]
+
+
+def reclass(observations: list[dict]) -> list[dict]:
+    """The observations with their evidence class redrawn by the current `evidence_class` (same raw scores)."""
+    return [{**o, "class": evidence_class(o["field"], o["doc_type"], o["checks"], o["failures"])}
+            if "checks" in o else o for o in observations]
 
 
 def from_report(report: Path) -> list[dict]:
@@ -71,7 +121,9 @@ def check(table: Calibration, report: Path) -> EvalReport:
     give with that table shipped (an unreadable field counts 0, an absent one 1, failures are not accepted)."""
     results = []
     for d in json.loads(report.read_text(encoding="utf-8"))["documents_scored"]:
-        conf = min([table.confidence(cls, raw) for cls, raw in d["evidence"].values()] +
+        capped = set(d.get("disagreeing", []))  # the rule no table overrides (pipeline.confidence_rules)
+        conf = min([min(table.confidence(cls, raw), DISAGREEMENT_CAP) if k in capped else table.confidence(cls, raw)
+                    for k, (cls, raw) in d["evidence"].items()] +
                    [0.0 if s == "unreadable" else 1.0 for k, s in d["states"].items() if k not in d["evidence"]],
                    default=1.0) if not d["failure"] else 0.0
         item = EvalItem(path=Path(d["path"]), rel_path=d["path"], page=0, truth={}, condition=d["condition"])
@@ -87,23 +139,37 @@ def main(argv: list[str] | None = None) -> int:
                     help="observations from an idflow eval report.json made with raw scores (tuning seeds only)")
     ap.add_argument("--check-report", type=Path, action="append", default=[],
                     help="held-out raw-score eval report: print the fitted table's precision/coverage on it")
-    ap.add_argument("--observations", type=Path, help="write the observations here (JSON lines)")
+    ap.add_argument("--observations", type=Path,
+                    help="append the observations of the manifests' pages here (JSON lines); pages already in it "
+                         "are not read again")
+    ap.add_argument("--reclass", action="store_true",
+                    help="redraw every observation's evidence class with the current code before fitting")
     ap.add_argument("--out", type=Path, default=Path("pipeline/calibration_table.json"))
     ap.add_argument("--today", type=date.fromisoformat, default=date.today())
     ap.add_argument("--limit", type=int, default=None, help="read only the first N pages of each manifest")
     args = ap.parse_args(argv)
     if not args.manifests and not args.from_observations and not args.from_report:
         ap.error("give tuning manifests, --from-observations or --from-report")
-    observations = [json.loads(x) for p in args.from_observations for x in p.read_text().splitlines() if x]
+    observations = [o for p in args.from_observations for o in read_observations(p)]
     observations += [o for p in args.from_report for o in from_report(p)]
-    for manifest in args.manifests:
-        observations += observe(manifest, args.today, args.limit)
-    if args.observations:
-        args.observations.write_text("".join(json.dumps(o) + "\n" for o in observations), encoding="utf-8")
-    table = fit(observations)
+    if args.manifests:
+        # appended page by page: an interrupted run resumes where it stopped
+        rows = read_observations(args.observations, markers=True) \
+            if args.observations and args.observations.exists() else []
+        done = {(o["manifest"], o["path"], o["page"]) for o in rows if "path" in o}
+        observations += [o for o in rows if not ("field" in o and o["field"] is None)]
+        with (args.observations.open("a", encoding="utf-8") if args.observations else nullcontext()) as sink:
+            for manifest in args.manifests:
+                observations += observe(manifest, args.today, args.limit, sink, done)
+    if args.reclass:
+        observations = reclass(observations)
+    table = fit(observations, key=OCR_KEY)
     args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    print(f"{len(observations)} observations from {', '.join(table['fitted_on'])}; per class: observations, right, "
+          "95% Wilson interval of the share right, then the steps raw->confidence(observations)")
     for name, c in table["classes"].items():
-        print(f"{name:40s} n={sum(c['counts']):4d}  " + "  ".join(
+        low, high = c["interval95"]
+        print(f"{name:38s} n={c['observations']:5d} right={c['right_total']:5d} [{low:.4f}, {high:.4f}]  " + "  ".join(
             f"{e:.3f}->{v:.4f}({n})" for e, v, n in zip(c["edges"], c["values"], c["counts"])))
     for report in args.check_report:
         checked = check(Calibration.from_dict(table), report)

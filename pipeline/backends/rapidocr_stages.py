@@ -92,11 +92,20 @@ def recognise(page: DetectedPage, batch: Sequence[int]) -> list[OcrLine | None]:
     from rapidocr.ch_ppocr_rec import TextRecInput
 
     engine = _engine()
-    result = engine._load_rec_model()(TextRecInput(img=[page.crops[i] for i in batch]))
+    # per-character probabilities come from the same decode (no extra inference): `word_results[k].confs`
+    result = engine._load_rec_model()(TextRecInput(img=[page.crops[i] for i in batch], return_word_box=True))
     min_score = engine.cfg.Global.text_score
-    return [OcrLine(text=text, score=float(score), box=tuple((float(x), float(y)) for x, y in page.boxes[i]))
+    return [OcrLine(text=text, score=float(score), box=tuple((float(x), float(y)) for x, y in page.boxes[i]),
+                    char_scores=char_scores(text, words))
             if text.strip() and score >= min_score else None
-            for text, score, i in zip(result.txts, result.scores, batch, strict=True)]
+            for text, score, words, i in zip(result.txts, result.scores, result.word_results, batch, strict=True)]
+
+
+def char_scores(text: str, words: object) -> tuple[float, ...]:
+    """The recogniser's probability of each character of `text` (its CTC decode keeps one per character);
+    empty when the decode gave none or not one per character."""
+    confs = tuple(float(c) for c in getattr(words, "confs", None) or ())
+    return confs if len(confs) == len(text) else ()
 
 
 def read_all(bgr: np.ndarray) -> list[OcrLine]:

@@ -58,6 +58,9 @@ class LicenceZone:
     surname: str | None
     checks_passed: list[str] = field(default_factory=list)
     checks_failed: list[str] = field(default_factory=list)
+    # the surname ends in a filler run before its 8 places do (a lone '<' may separate two parts of a cut
+    # surname): it is the whole surname, not its first letters
+    surname_closed: bool = False
 
     doc_type: Literal["driving_licence"] = "driving_licence"
     name: None = None  # the zone has no full name (see module docstring)
@@ -71,7 +74,8 @@ def _decode(line: str, passed: list[str], failed: list[str], today: date) -> Lic
     if line.startswith(FRENCH.prefix):
         return LicenceZone(country="FRA", number=line[5:14].replace("<", "") or None,
                            expiry_date=yymmdd(line[15:21], kind="expiry", today=today),
-                           surname=national_mrz.names(line[21:29]) or None, checks_passed=passed, checks_failed=failed)
+                           surname=national_mrz.names(line[21:29]) or None, checks_passed=passed, checks_failed=failed,
+                           surname_closed=line[21:29].strip("<") != "" and line[21:29].endswith("<<"))
     return LicenceZone(country=line[2:5], number=None, expiry_date=None, surname=None,
                        checks_passed=passed, checks_failed=failed)
 

@@ -14,11 +14,14 @@ from typing import Sequence
 
 @dataclass(frozen=True, slots=True)
 class OcrLine:
-    """One OCR text box: text, recognition score in [0, 1], 4 corner points in image coordinates."""
+    """One OCR text box: text, recognition score in [0, 1], 4 corner points in image coordinates, and the
+    recogniser's probability of each character of `text` where it gave them (`char_scores`, one per character;
+    empty when unknown). `score` is their mean over the whole box, labels included."""
 
     text: str
     score: float
     box: tuple[tuple[float, float], ...]
+    char_scores: tuple[float, ...] = ()
 
     @property
     def left(self) -> float:
@@ -79,6 +82,18 @@ def line_score(lines: Sequence[OcrLine], needle: str) -> float:
         if flat and flat in re.sub(r"\s+", "", x.text):
             return x.score
     return mean(x.score for x in lines)
+
+
+def value_score(lines: Sequence[OcrLine], value: str) -> float:
+    """How sure the recogniser was of `value` itself: the lowest probability among its characters in the box
+    that holds it verbatim, so one unsure character of a name is not averaged away by a sure label beside it
+    ("姓名" at 0.99, one of three name characters at 0.6). The box's score (`line_score`) where no box holds the
+    value verbatim or the recogniser gave no per-character probabilities."""
+    for x in lines:
+        start = x.text.find(value) if value else -1
+        if start >= 0 and len(x.char_scores) == len(x.text):
+            return min(x.char_scores[start:start + len(value)])
+    return line_score(lines, value)
 
 
 def filler_rich(line: OcrLine) -> bool:

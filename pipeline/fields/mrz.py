@@ -85,6 +85,9 @@ class MrzResult:
     checks_failed: list[str] = field(default_factory=list)
     name_debris: bool = False  # letters after the name's closing filler run: the name line was misread
     number_repaired: bool = False  # the number differs from the zone as read: see NUMBER_UNCONFIRMED_CHECK
+    # the name field ends in a filler run (a lone '<' may separate two parts of a cut name): the zone holds the
+    # whole name, none of it cut off by the field's width
+    name_closed: bool = False
 
     @property
     def valid(self) -> bool:
@@ -314,7 +317,8 @@ def _decode(fmt: MrzFormat, lines: Sequence[str], today: date, *, confirmed: Col
         birth_date=yymmdd(raw.birth, kind="birth", today=today),
         expiry_date=yymmdd(raw.expiry, kind="expiry", today=today),
         sex=raw.sex if raw.sex in ("M", "F", "X") else None, nationality=_code(raw.nationality),
-        checks_passed=passed, checks_failed=failed, name_debris=debris, number_repaired=raw.number != as_read.number)
+        checks_passed=passed, checks_failed=failed, name_debris=debris, number_repaired=raw.number != as_read.number,
+        name_closed=has_name_line and raw.names.endswith("<<"))
 
 
 def _format_of(lines: Sequence[str]) -> MrzFormat | None:

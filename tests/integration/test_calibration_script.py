@@ -19,3 +19,25 @@ def test_refit_from_observations_runs_as_a_script(tmp_path):
                     "--out", str(out)], check=True, capture_output=True)
     loaded = Calibration.load(out)
     assert loaded.confidence("name/printed", 0.9) > loaded.confidence("name/printed", 0.1)
+
+
+def test_refit_redraws_classes_states_intervals_and_keys_the_table(tmp_path):
+    """`--reclass` redraws each observation's class from its doc type and checks (a change to the classes needs
+    no new OCR); the table states per class the observations, right count and 95% interval, and its key."""
+    rows = [{"manifest": "t", "path": f"p{i}.png", "page": 0, "field": "expiry_date", "doc_type": "cn_id",
+             "checks": ["cn_id.validity_range", "cn_id.validity_span"], "failures": [],
+             "class": "expiry_date/cn.validity", "raw": 0.99, "correct": i != 0} for i in range(80)]
+    rows.append({"manifest": "t", "path": "empty.png", "page": 0, "condition": "clean", "field": None})  # marker
+    obs = tmp_path / "obs.jsonl"
+    obs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "table.json"
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "fit_calibration.py"), "--from-observations",
+                           str(obs), "--reclass", "--out", str(out)], check=True, capture_output=True, text=True)
+    table = json.loads(out.read_text())
+    assert table["key"]["backend"] == "ocr" and table["key"]["model"].startswith("rapidocr-")
+    assert table["key"]["prompt"] is None and table["observations"] == 80
+    stated = table["classes"]["expiry_date/cn.validity_span"]
+    assert (stated["observations"], stated["right_total"]) == (80, 79)
+    low, high = stated["interval95"]
+    assert 0.93 < low < 79 / 80 < high < 1.0
+    assert "expiry_date/cn.validity_span" in done.stdout and "right=   79" in done.stdout

@@ -33,13 +33,22 @@ def test_isotonic_pools_violators_and_is_monotone():
     assert blocks[0][0] == 0.1
 
 
-def test_fit_smooths_and_maps_raw_scores():
+def test_fit_maps_each_step_to_the_lower_end_of_its_interval_and_states_it():
     obs = [{"class": "id_number/mrz.number_passed", "raw": 0.9 + i / 1000, "correct": True, "manifest": "t"}
            for i in range(48)]
     obs += [{"class": "name/printed", "raw": r, "correct": c, "manifest": "t"}
             for r, c in ((0.2, False), (0.3, False), (0.4, True), (0.45, True))]
-    cal = Calibration.from_dict(fit_calibration.fit(obs))
-    assert cal.confidence("id_number/mrz.number_passed", 0.95) == pytest.approx(49 / 50)  # never "certain"
+    table = fit_calibration.fit(obs, key={"backend": "ocr", "model": "m", "prompt": None})
+    cal = Calibration.from_dict(table)
+    # 48 right of 48: the 95% Wilson interval starts at 0.9259 (never "certain", and below 0.95 on 48 pages)
+    low = fit_calibration.wilson(48, 48)[0]
+    assert low == pytest.approx(0.92590, abs=1e-5)
+    mapped = cal.confidence("id_number/mrz.number_passed", 0.95)
+    assert mapped == pytest.approx(low, abs=1e-4) and mapped <= low  # rounded down, never up
+    stated = table["classes"]["id_number/mrz.number_passed"]
+    assert (stated["observations"], stated["right_total"]) == (48, 48)
+    assert stated["interval95"] == [round(low, 4), 1.0] and table["key"]["backend"] == "ocr"
+    assert fit_calibration.wilson(73, 73)[0] >= 0.95 > fit_calibration.wilson(72, 72)[0]
     assert cal.confidence("name/printed", 0.25) < cal.confidence("name/printed", 0.44)
     assert cal.confidence("expiry_date/unheard_of", 0.99) == 0.9  # unseen class: capped
 

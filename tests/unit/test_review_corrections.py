@@ -17,6 +17,7 @@ from pipeline.review.corrections import (
     decide,
     final_records,
     latest_corrections,
+    not_to_read_again,
     write_corrections,
 )
 from pipeline.store import RESULT_SCHEMA, RESULTS, write_part
@@ -82,6 +83,24 @@ def test_final_records_prefer_the_person(tmp_path: Path) -> None:
     assert rows["b"]["decision"] == "cannot be read" and rows["b"]["name"] is None and rows["b"]["id_number"] is None
     assert (rows["c"]["decided_by"], rows["c"]["name"], rows["c"]["who"]) == ("machine", "王", None)
     assert rows["d"]["expiry_date"] == date(2031, 5, 6) and rows["d"]["run_id"] == "r1"
+
+
+def test_a_later_machine_reading_does_not_override_a_correction(tmp_path: Path) -> None:
+    """Values a person corrected are final: a machine result written after the correction (another run, other
+    settings, its reading sure of itself) neither replaces the person's values in the merged view nor makes the
+    document one to read again."""
+    out = tmp_path / "out"
+    sha = "e" * 64
+    write_corrections(out, [_correction(sha, name="张伟")], when=T0)
+    later = {field.name: None for field in RESULT_SCHEMA} | {
+        "source_path": "e.jpg", "page": 0, "sha256": sha, "doc_type": "cn_id", "name": "张纬", "id_number": NUMBER,
+        "expiry_date": date(2030, 1, 1), "expiry_long_term": False, "fingerprint": "new-settings", "run_id": "r9",
+        "processed_at": T0 + timedelta(days=3)}
+    write_part(out, RESULTS, RESULT_SCHEMA, [later], run_id="r9", run_date=(T0 + timedelta(days=3)).date(), part=0)
+    [row] = final_records(out).to_pylist()
+    assert (row["decided_by"], row["name"], row["who"]) == ("person", "张伟", "Ada")
+    assert f"{sha}:0" in not_to_read_again(out, "yet-other-settings")
+    assert f"{sha}:0" in not_to_read_again(out, None)
 
 
 def test_the_retry_leaves_a_corrected_document_alone(queue: tuple[Path, Path]) -> None:  # noqa: F811

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import date
 
 from pipeline.datamodel import Reason
 from pipeline.fields import cn_id, cn_permanent_residence
 from pipeline.fields.formats.registry import FormatDefaults, NumberCheck
-from pipeline.fields.lines import line_score
+from pipeline.fields.lines import line_score, value_score
 from pipeline.fields.names import simplified
 from pipeline.fields.page import CROSS_DISAGREES, Builder, DocumentType, Page
 
@@ -22,6 +23,13 @@ STRAY_CHECK = NumberCheck(
     "prc_number.checksum", lambda n: cn_id.is_valid_number(n) or cn_permanent_residence.is_valid_number(n),
     "an 18-character PRC-style number whose MOD 11-2 check character or birth date is wrong",
     shape=re.compile(r"\d{17}[\dX]"))
+
+# Passed when the 有效期限 end is its start plus a statutory period (5, 10 or 20 years, same month and day, GB
+# 11643 / the resident ID card law): a misread digit in either date breaks it, so it is evidence for the expiry.
+SPAN_CHECK = "cn_id.validity_span"
+STATUTORY_YEARS = (5, 10, 20)
+# Passed when the range is a legible start date followed by 长期 (long-term): its own kind of evidence.
+LONG_TERM_CHECK = "cn_id.validity_long_term"
 
 _FRONT_MARKERS = ("姓名", "性别", "民族", "出生", "住址", "公民身份号码")
 _BACK_MARKERS = ("签发机关", "有效期限", "居民身份证", "中华人民共和国")
@@ -46,6 +54,8 @@ class ResidentIdFormat(FormatDefaults):
     stray_number_checks = (STRAY_CHECK,)
     long_term = {"cn_id": "a PRC resident ID card"}
     fatal_checks = {"cn_id.checksum": Reason.CHECKSUM_FAILED}
+    # the printed 出生 / 性别 disagree with what the number embeds
+    disagreements = {"cn_id.birth_matches_printed": "id_number", "cn_id.sex_matches_printed": "id_number"}
 
     def find(self, page: Page) -> Sides | None:
         """The sides on the page (front, back or both); None when it shows neither."""
@@ -67,8 +77,10 @@ class ResidentIdFormat(FormatDefaults):
             b.checks += front.checks
             b.failures += front.check_failures
             penalty = CROSS_DISAGREES if front.check_failures else 1.0
-            if front.name:  # the card prints simplified characters (a traditional one is an OCR reading)
-                b.present("name", simplified(front.name), line_score(lines, front.name) * penalty)
+            # The card prints simplified characters (a traditional one is an OCR reading). No checksum covers the
+            # name: its own characters' recognition is its evidence.
+            if front.name:
+                b.present("name", simplified(front.name), value_score(lines, front.name) * penalty)
             if front.number:
                 b.present("id_number", front.number, line_score(lines, front.number) * penalty)
         else:
@@ -77,8 +89,13 @@ class ResidentIdFormat(FormatDefaults):
         if found.has_back:
             if back.valid_until is not None:
                 b.checks.append("cn_id.validity_range")
+                if statutory_span(back.valid_from, back.valid_until):
+                    b.checks.append(SPAN_CHECK)
+                elif back.valid_until == "long-term" and back.valid_from is not None:
+                    b.checks.append(LONG_TERM_CHECK)
                 until = back.valid_until if isinstance(back.valid_until, str) else back.valid_until.isoformat()
-                score = line_score(lines, until.replace("-", ".")) if until != "long-term" else line_score(lines, "长期")
+                score = value_score(lines, until.replace("-", ".")) if until != "long-term" else \
+                    line_score(lines, "长期")
                 b.present("expiry_date", until, score)
         else:
             b.absent("expiry_date")
@@ -89,7 +106,24 @@ class ResidentIdFormat(FormatDefaults):
         if doc_type not in self.doc_types:
             return None
         verdict = "passed" if CHECK.name in checks else "failed" if CHECK.name in failures else "none"
-        return {"name": "cn." + verdict, "id_number": "cn." + verdict, "expiry_date": "cn.validity"}[field]
+        expiry = "cn.validity_span" if SPAN_CHECK in checks else \
+            "cn.validity_long_term" if LONG_TERM_CHECK in checks else "cn.validity"
+        return {"name": "cn." + verdict, "id_number": "cn." + verdict, "expiry_date": expiry}[field]
+
+
+def statutory_span(start: date | None, end: date | str | None) -> bool:
+    """Whether a validity ends a statutory period after it starts (same month and day; 29 February ends on
+    28 February). 长期 and a range without a legible start are not spans."""
+    if start is None or not isinstance(end, date):
+        return False
+    for years in STATUTORY_YEARS:
+        try:
+            expected = start.replace(year=start.year + years)
+        except ValueError:
+            expected = start.replace(year=start.year + years, day=28)
+        if end == expected:
+            return True
+    return False
 
 
 FORMAT = ResidentIdFormat()

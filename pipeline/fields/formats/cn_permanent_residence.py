@@ -22,6 +22,7 @@ class PermanentResidenceFormat(FormatDefaults):
     doc_types = ("cn_permanent_residence",)
     number_shape = re.compile(r"[A-Z]{3}\d{12}|9\d{16}[\dX]")  # the 2017 and the 2023 model
     number_checks = {"cn_permanent_residence": CHECK}
+    disagreements = {"cn_pr.birth_matches_printed": "id_number"}  # the printed birth date and the number's
 
     def find(self, page: Page) -> Page | None:
         return page if cn_permanent_residence.is_card(page.texts) else None

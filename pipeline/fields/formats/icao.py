@@ -30,7 +30,8 @@ class IcaoFormat(ZoneFormat):
         return ZoneFields(doc_type=zone.doc_type, name=zone.name, number=zone.number, expiry_date=zone.expiry_date,
                           birth_date=zone.birth_date, checks_passed=zone.checks_passed,
                           checks_failed=zone.checks_failed, name_debris=zone.name_debris,
-                          number_repaired=zone.number_repaired, prints_other_numbers=zone.format in _VISAS)
+                          number_repaired=zone.number_repaired, prints_other_numbers=zone.format in _VISAS,
+                          name_closed=zone.name_closed)
 
 
 FORMAT = IcaoFormat()

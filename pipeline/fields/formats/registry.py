@@ -40,11 +40,13 @@ class DocumentFormat(Protocol[T]):
     with `has_zone` competes with the other zones by `zone_score`. The rest serves the stages after reading:
     `number_checks` (doc type -> the checksum its document number must pass), `stray_number_checks`,
     `long_term` (doc type -> who holds a document valid for life, for the error message), `fatal_checks`
-    (failed checks that mean a stored value is wrong), `evidence_source` (the calibration class of a field's
-    evidence, None when the checks show none of this format's), `may_carry_mrz` (an MRZ re-read can help a
-    page this format read), `settled_by_zone` (a fully checked zone decides the reading: the printed zone
-    only confirms it, so OCR may stop reading the page early) and `number_shape` (what a document number of
-    this format looks like, upper case without spaces: a reading without that shape is unreadable, not stored).
+    (failed checks that mean a stored value is wrong), `disagreements` (failed checks that mean two sources of
+    a field disagree -> that field: never auto-accepted, `pipeline.confidence_rules`), `evidence_source` (the
+    calibration class of a field's evidence, None when the checks show none of this format's), `may_carry_mrz`
+    (an MRZ re-read can help a page this format read), `settled_by_zone` (a fully checked zone decides the
+    reading: the printed zone only confirms it, so OCR may stop reading the page early) and `number_shape` (what
+    a document number of this format looks like, upper case without spaces: a reading without that shape is
+    unreadable, not stored).
     """
 
     name: str
@@ -57,6 +59,7 @@ class DocumentFormat(Protocol[T]):
     stray_number_checks: tuple[NumberCheck, ...]
     long_term: Mapping[DocumentType, str]
     fatal_checks: Mapping[str, Reason]
+    disagreements: Mapping[str, str]
 
     def find(self, page: Page) -> T | None: ...
     def read(self, found: T, page: Page, b: Builder) -> DocumentType: ...
@@ -76,6 +79,7 @@ class FormatDefaults:
     stray_number_checks: tuple[NumberCheck, ...] = ()
     long_term: Mapping[DocumentType, str] = {}
     fatal_checks: Mapping[str, Reason] = {}
+    disagreements: Mapping[str, str] = {}
 
     def zone_score(self, found: Any) -> float:
         raise TypeError(f"{type(self).__name__} has no machine-readable zone")
@@ -158,6 +162,10 @@ class Registry:
         return {check: reason for fmt in self._formats for check, reason in fmt.fatal_checks.items()}
 
     # ------------------------------------------------------------------------------- calibration
+
+    def disagreeing_fields(self, failures: Sequence[str]) -> set[str]:
+        """The fields whose sources disagree, from a reading's failed checks (any format's)."""
+        return {field for fmt in self._formats for check, field in fmt.disagreements.items() if check in failures}
 
     def evidence_source(self, field: str, doc_type: str | None, checks: list[str], failures: list[str]) -> str:
         """The kind of evidence behind one present field: asked first of the formats that read this doc type

@@ -2,8 +2,9 @@
 
 Order of trust: the zone (check digits) beats the printed visual zone, which only cross-checks it. The
 cross-checks pass when the zone value is printed elsewhere on the page (name words after transliteration;
-number verbatim). They fail only when a labelled printed value exists and differs: label association is
-approximate, so absence of evidence is not treated as disagreement. A name with no check digit whose
+number verbatim). They fail only when a labelled printed value exists and differs (label association is
+approximate, so absence of evidence is not treated as disagreement), or when the printed name has more letters
+than a zone name its fillers close (complete: not a name the field's width cut off, so nothing continues it). A name with no check digit whose
 printed reading is a different name is unreadable: neither reading is evidence for itself; so is a field
 whose two readings contradict each other with nothing to decide between them, or a name that does not
 look like a name.
@@ -45,6 +46,8 @@ class ZoneFields:
     `name_debris`: letters among the name's closing fillers (the name line was misread);
     `number_repaired`: the number differs from the zone as read (see `mrz.NUMBER_UNCONFIRMED_CHECK`);
     `surname_prefix`: the zone holds only the surname's first letters and no full name;
+    `name_closed`: the zone's name (or surname prefix) ends in fillers before its field does, so it is the whole
+    name (surname), not one the field's width cut off: a printed reading with more letters disagrees with it;
     `prints_other_numbers`: the document prints several document numbers (a visa: the visa's and the
     passport's), so a differing labelled number proves nothing against the zone's."""
 
@@ -59,6 +62,7 @@ class ZoneFields:
     number_repaired: bool = False
     surname_prefix: str | None = None
     prints_other_numbers: bool = False
+    name_closed: bool = False
 
 
 class ZoneFormat(FormatDefaults):
@@ -72,6 +76,9 @@ class ZoneFormat(FormatDefaults):
     expiry_check = "mrz.composite"  # the check digit that protects the zone's expiry date
     expiry_cross_checked = False  # the expiry has no check digit of its own: the printed expiry must agree
     fatal_checks = {"mrz.number": Reason.CHECKSUM_FAILED}
+    # the zone and the printed zone disagree on the field
+    disagreements = {"cross.name_mrz_vs_viz": "name", "cross.number_mrz_vs_viz": "id_number",
+                     "cross.expiry_mrz_vs_viz": "expiry_date"}
 
     def find_zone(self, rows: list[str], today: date) -> ZoneFields | None:
         raise NotImplementedError
@@ -163,7 +170,13 @@ def _read_name(zone: ZoneFields, page: Page, ev: _Evidence) -> None:
         fuller = _printed_extension(name, viz_name[0]) if viz_name is not None else None
         agrees = set(name.split()) <= words
         disagrees = viz_name is not None and fold(viz_name[0]) != fold(name)
-        if fuller is not None:  # the printed full name (patronymic, more given names) continues the zone's
+        if fuller is not None and zone.name_closed:
+            # the zone's name is complete (fillers close it): a printed name with more letters is not its
+            # continuation but a disagreement. The printed reading is kept for the person who decides (a
+            # patronymic the issuer left out of the zone; or a mark after the surname read as a letter).
+            b.failures.append("cross.name_mrz_vs_viz")
+            b.present("name", fuller, min(base, viz_name[1]) * CROSS_DISAGREES)
+        elif fuller is not None:  # the printed full name (patronymic, more given names) continues the zone's
             b.checks.append(NAME_EXTENDED_CHECK)
             b.present("name", fuller, min(base, viz_name[1]))
         elif _printed_beyond(name, ev.printed_boxes):  # its words are printed, but the print goes on: incomplete
@@ -177,7 +190,7 @@ def _read_name(zone: ZoneFields, page: Page, ev: _Evidence) -> None:
             factor = ev.cross("cross.name_mrz_vs_viz", agrees, disagrees)
             b.present("name", name, base * factor * (1.0 if agrees else UNCHECKED_NAME))
     elif viz_name is not None and zone.surname_prefix:  # the zone holds the surname's first letters only
-        if fold(viz_name[0]).replace(" ", "").startswith(zone.surname_prefix.replace(" ", "")):
+        if _prefix_agrees(zone, page):
             b.checks.append("cross.name_mrz_vs_viz")
             b.present("name", " ".join(viz_name[0].split()), viz_name[1] * UNCHECKED_NAME)
         else:
@@ -185,6 +198,20 @@ def _read_name(zone: ZoneFields, page: Page, ev: _Evidence) -> None:
             b.unreadable("name")
     elif viz_name is not None:  # name line lost or not decoded: the printed name is the only source
         b.present("name", " ".join(viz_name[0].split()), viz_name[1] * HEURISTIC)
+
+
+def _prefix_agrees(zone: ZoneFields, page: Page) -> bool:
+    """Whether the printed name begins with the zone's surname prefix; a closed prefix (fillers after it) is
+    the whole surname, so the printed surname must be exactly it: a letter more ("MUSTERI" beside MUSTER<<, a
+    mark after the surname read as a letter) is another surname."""
+    prefix = (zone.surname_prefix or "").replace(" ", "")
+    viz_name = printed_name(page.printed)
+    if viz_name is None or not fold(viz_name[0]).replace(" ", "").startswith(prefix):
+        return False
+    if not zone.name_closed:
+        return True
+    surname = page.printed.values.get("surname")
+    return surname is not None and fold(surname[0]).replace(" ", "") == prefix
 
 
 def _read_number(fmt: ZoneFormat, zone: ZoneFields, page: Page, ev: _Evidence) -> None:
