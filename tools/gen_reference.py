@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pipeline.config import OpenAISettings, PrepareSettings, Settings  # noqa: E402
+from pipeline.config import CalibrationSettings, OpenAISettings, PrepareSettings, Settings  # noqa: E402
 from pipeline.datamodel import REASON_STAGES, RETRYABLE_REASONS, Reason, SkipReason  # noqa: E402
 from pipeline.review.corrections import CORRECTION_SCHEMA  # noqa: E402
 from pipeline.review.queue import REASON_TEXT, ReviewSettings  # noqa: E402
@@ -44,6 +44,7 @@ SETTINGS_GROUPS: list[tuple[str, type[BaseSettings]]] = [
     ("Page preparation (`pipeline.config.PrepareSettings`)", PrepareSettings),
     ("OpenAI-compatible endpoint (`pipeline.config.OpenAISettings`)", OpenAISettings),
     ("Local vLLM pool (`pipeline.vllm.settings.VllmSettings`)", VllmSettings),
+    ("Confidence tables (`pipeline.config.CalibrationSettings`)", CalibrationSettings),
     ("Review page (`pipeline.review.queue.ReviewSettings`)", ReviewSettings),
 ]
 PARQUET_TABLES: list[tuple[str, str, pa.Schema]] = [

@@ -1,7 +1,7 @@
 """Versioned instruction templates for VLM backends.
 
 Why files and a version: the prompt changes results, so its version belongs in the run fingerprint and in
-the results; editing a template in place would silently mix answers from two prompts. Make `extract_v2.*`
+the results; editing a template in place would silently mix answers from two prompts. Make a new `extract_vN.*`
 and bump `PROMPT_VERSION` instead.
 """
 
@@ -11,7 +11,7 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import Literal
 
-PROMPT_VERSION = "extract_v2"
+PROMPT_VERSION = "extract_v3"
 REPAIR_VERSION = "repair_v1"
 Lang = Literal["en", "zh"]
 
