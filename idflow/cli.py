@@ -337,7 +337,7 @@ def calibrate(
 ) -> None:
     """Fit the confidence table of this backend + model + prompt from labelled documents, and store it
     (IDFLOW_CALIBRATION_DIR), so later runs with the same backend, model and prompt can auto-accept."""
-    from pipeline.calibrate import MIN_DOCUMENTS, TooFewDocuments, calibrate as fit_table
+    from pipeline.calibrate import MIN_DOCUMENTS, calibrate as fit_table
     from pipeline.evaluation import load_manifest
 
     if not manifest.is_file():
@@ -354,9 +354,7 @@ def calibrate(
     try:
         with progress_bar("calibrating") as sink, progress.listening(sink):
             result = asyncio.run(fit_table(items, settings, manifest.parent.name or manifest.stem))
-    except TooFewDocuments as exc:
-        raise config_error(str(exc)) from None
-    except ValueError as exc:
+    except ValueError as exc:  # TooFewDocuments, or a backend that has no table of its own (hybrid)
         raise config_error(str(exc)) from None
     table = Table(title=f"{result.key.label}: {result.documents} documents, per evidence class")
     for col in ("class", "observations", "right", "95% interval", "top confidence"):

@@ -20,7 +20,7 @@ _DIR = files(__name__)  # importlib.resources: the templates ship inside the whe
 
 @lru_cache(maxsize=None)
 def load_prompt(lang: Lang = "en", version: str = PROMPT_VERSION) -> str:
-    """The instruction text, e.g. `extract_v2.en.txt`."""
+    """The instruction text, e.g. `extract_v3.en.txt`."""
     return _DIR.joinpath(f"{version}.{lang}.txt").read_text(encoding="utf-8").strip()
 
 
