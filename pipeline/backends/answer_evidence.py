@@ -191,6 +191,8 @@ def _zone_name(zone: ZoneFields, lines: Sequence[str], name: Any, checks: list[s
     if not zone.name or not isinstance(name, str) or not fold(name):
         return
     ours, theirs = fold(zone.name), fold(name)
+    if not theirs.isascii():  # a name in Chinese characters beside the zone's Latin one: nothing to compare
+        return
     if ours == theirs:
         checks.append(NAME_VS_ZONE)
     elif theirs.startswith(ours) and not _name_closed(zone.name, lines):

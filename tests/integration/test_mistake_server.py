@@ -34,9 +34,9 @@ from tests.support.paths import REPO
 
 MANIFEST = REPO / "data" / "sample_ground_truth.json"
 SAMPLE = REPO / "data" / "sample"
-V2 = load_prompt("en")
+V2 = load_prompt("en", "extract_v2")  # the prompt without the evidence keys
 # What the evidence prompt adds to the question: the server keys on the `"mrz"` key being asked for.
-V3 = V2 + '\n- "mrz": the machine-readable zone\'s lines verbatim, or null.\n- "printed": {"name": ..., "id_number": ...}'
+V3 = load_prompt("en", "extract_v3")
 TODAY = dt.date(2026, 1, 1)
 
 

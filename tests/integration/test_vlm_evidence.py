@@ -246,3 +246,11 @@ def test_logprobs_off_by_setting_are_never_sent(tmp_path: Path) -> None:
         (outcome,), _ = extract(server, [page], tmp_path, raw=True, logprobs=False)
     assert [r.logprobs for r in server.requests] == [False]
     assert isinstance(outcome, Extraction) and outcome.evidence["name"].endswith("/nolp")
+
+
+def test_a_name_in_chinese_characters_is_not_compared_with_the_zone_s_latin_name(tmp_path: Path) -> None:
+    outcome, _ = one({**RIGHT, "name": "埃里克松安娜", "printed": {**RIGHT["printed"], "name": "埃里克松安娜"}},
+                     tmp_path)
+    assert isinstance(outcome, Extraction)
+    assert "cross.name_mrz_vs_viz" not in outcome.checks + outcome.check_failures
+    assert outcome.evidence["name"] != "name/disagrees"
