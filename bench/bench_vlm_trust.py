@@ -1,11 +1,11 @@
 """The VLM path's auto-accept target (issue 29): calibrate on a tuning set, measure on a fresh one.
 
 Usage: taskset -c 1 python bench/bench_vlm_trust.py [--tune-count 300] [--eval-count 200]
-       [--tune-seed 121] [--eval-seed 9301] [--error-rate 0.05] [--work /tmp/vlm-trust]
+       [--tune-seed 121] [--eval-seed 9301] [--error-rate 0.05] [--uniform] [--work /tmp/vlm-trust]
 
 1. Generates a tuning set (`make_samples.py --set eval`, a tuning seed) and a fresh evaluation set (another seed).
 2. Per mode (with and without token log-probabilities): serves the tuning set from the mistake-making endpoint
-   (tests/support/mistake_server.py, every mistake kind at `--error-rate` per field), runs `idflow calibrate` on
+   (tests/support/mistake_server.py, mistakes at `--error-rate` per field: `rates`), runs `idflow calibrate` on
    it, then serves the evaluation set (other mistakes: another server seed) and runs `idflow eval` on it with
    the fitted table. Both are the commands a user runs, as subprocesses.
 3. Prints, per mode, precision at the review threshold (0.95) and the share of documents auto-accepted, overall
@@ -55,9 +55,20 @@ def idflow(args: list[str], server: MistakeServer, tables: Path, logprobs: bool,
                               stderr=subprocess.STDOUT).returncode
 
 
-def serve(manifest: Path, index: tuple, rate: float, seed: int) -> MistakeServer:
-    config = MistakeConfig(rates=MistakeRates.uniform(rate), seed=seed, logprobs="answer",
-                           chat=ServerConfig(api_key=KEY, model=MODEL))
+def rates(per_field: float, uniform: bool) -> MistakeRates:
+    """Every kind at `per_field` (`uniform`: a field reached by two kinds then errs about twice as often), or
+    split so each field errs at about `per_field`: two kinds reach each present field (name: substitution and
+    truncation; number: substitution and neighbour; expiry: swapped day/month and neighbour), each at half;
+    an invented value for an absent field and a wrong zone line at the full rate."""
+    if uniform:
+        return MistakeRates.uniform(per_field)
+    half = per_field / 2
+    return MistakeRates(substitution=half, truncation=half, neighbour=half, day_month_swap=half,
+                        invented=per_field, mrz_line=per_field)
+
+
+def serve(manifest: Path, index: tuple, mistakes: MistakeRates, seed: int) -> MistakeServer:
+    config = MistakeConfig(rates=mistakes, seed=seed, logprobs="answer", chat=ServerConfig(api_key=KEY, model=MODEL))
     return MistakeServer(manifest, Settings(), config, index=index)
 
 
@@ -67,7 +78,8 @@ def main() -> None:
     parser.add_argument("--eval-count", type=int, default=200)
     parser.add_argument("--tune-seed", type=int, default=121, help="a tuning seed")
     parser.add_argument("--eval-seed", type=int, default=9301, help="a fresh seed, never used for tuning")
-    parser.add_argument("--error-rate", type=float, default=0.05, help="every mistake kind, per field")
+    parser.add_argument("--error-rate", type=float, default=0.05, help="mistakes per field (see `rates`)")
+    parser.add_argument("--uniform", action="store_true", help="every mistake kind at --error-rate instead")
     parser.add_argument("--work", type=Path, default=Path("/tmp/vlm-trust"))
     args = parser.parse_args()
     work = args.work
@@ -80,17 +92,20 @@ def main() -> None:
     print(f"indexed {len(tune_index[0])} + {len(eval_index[0])} pages in {time.perf_counter() - started:.0f} s",
           flush=True)
     figures = {}
+    mistakes = rates(args.error_rate, args.uniform)
+    tag = f"{'uniform' if args.uniform else 'field'}{args.error_rate:g}"
+    print(f"mistake rates ({tag}): {mistakes}", flush=True)
     for mode, logprobs in (("logprobs", True), ("no logprobs", False)):
-        tables = work / f"tables-{'lp' if logprobs else 'nolp'}"
-        with serve(tune, tune_index, args.error_rate, seed=args.tune_seed) as server:
+        tables = work / f"tables-{tag}-{'lp' if logprobs else 'nolp'}"
+        with serve(tune, tune_index, mistakes, seed=args.tune_seed) as server:
             code = idflow(["calibrate", str(tune), "--backend", "openai"], server, tables, logprobs,
-                          work / f"calibrate-{mode.replace(' ', '-')}.log")
+                          work / f"calibrate-{tag}-{mode.replace(' ', '-')}.log")
         if code != 0:
             raise SystemExit(f"idflow calibrate failed ({mode}): see {work}")
-        out = work / f"eval-out-{mode.replace(' ', '-')}"
-        with serve(held, eval_index, args.error_rate, seed=args.eval_seed) as server:
+        out = work / f"eval-out-{tag}-{mode.replace(' ', '-')}"
+        with serve(held, eval_index, mistakes, seed=args.eval_seed) as server:
             code = idflow(["eval", str(held), str(out), "--backend", "openai"], server, tables, logprobs,
-                          work / f"eval-{mode.replace(' ', '-')}.log")
+                          work / f"eval-{tag}-{mode.replace(' ', '-')}.log")
             injected = sum(len(r.mistakes) for r in server.records().values())
         if code != 0:
             raise SystemExit(f"idflow eval failed ({mode}): see {work}")
@@ -99,7 +114,7 @@ def main() -> None:
         at, point = report["at_threshold"], report["operating_point"]
         print(f"\n== {mode}: evaluation set seed {args.eval_seed} ({report['documents']} documents, "
               f"{injected} injected mistakes), table fitted on tuning seed {args.tune_seed}")
-        print(f"field accuracy {report['accuracy']:.2%}; at threshold {at['threshold']:.2f}: "
+        print(f"field accuracy {report['accuracy']:.2%} (per field: {report['per_field']}); at threshold {at['threshold']:.2f}: "
               f"{at['share']:.1%} of documents auto-accepted ({at['accepted']}), precision {at['precision']:.2%}")
         print("99.5% operating point: " + (f"threshold {point['threshold']:.4f}, coverage {point['coverage']:.1%}"
                                            if point else "none"))

@@ -90,7 +90,8 @@ def rescored(report: EvalReport, table: Calibration) -> EvalReport:
             return r
         values = [table.confidence(cls, raw) for cls, raw in r.evidence.values()]
         return ItemResult(r.item, r.predicted, r.correct, r.invented, min(values, default=1.0), r.failure,
-                          {k: (cls, table.confidence(cls, raw)) for k, (cls, raw) in r.evidence.items()}, r.states)
+                          {k: (cls, table.confidence(cls, raw)) for k, (cls, raw) in r.evidence.items()}, r.states,
+                          table.table_id)
     return EvalReport([one(r) for r in report.results])
 
 
