@@ -297,9 +297,7 @@ def eval_(
         table.add_row(f"{row['threshold']:.2f}", str(row["accepted"]),
                       f"{row['precision']:.1%}" if row["accepted"] else "—")  # nothing accepted: no precision
     console.print(table)
-    point = data["operating_point"]
-    console.print(f"precision >= 99.5% from threshold {point['threshold']:.4f}: {point['coverage']:.1%} of documents "
-                  f"auto-accepted at {point['precision']:.1%}" if point else "precision never reaches 99.5%")
+    print_trust(data, settings.backend)
     for miss in data["misses"][:30]:
         if "id_number" in miss:  # the console is a log: numbers masked here, full values in report.json
             miss = {**miss, "id_number": {k: mask_id(v) for k, v in miss["id_number"].items()}}
@@ -307,6 +305,68 @@ def eval_(
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "report.json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def print_trust(data: dict, backend: str) -> None:
+    """The backend's precision/coverage curve, its 99.5% operating point and the auto-accept share at the review
+    threshold, overall and per document kind."""
+    curve = data["precision_coverage"]
+    step = max(1, len(curve) // 15)  # at most ~15 rows, the last (all documents) always shown
+    table = Table(title=f"{backend}: precision/coverage (tables: {', '.join(data.get('tables') or ['—'])})")
+    for col in ("threshold", "coverage", "precision"):
+        table.add_column(col, justify="right")
+    for row in [*curve[:-1:step], *curve[-1:]]:
+        table.add_row(f"{row['threshold']:.4f}", f"{row['coverage']:.1%}", f"{row['precision']:.2%}")
+    console.print(table)
+    point = data["operating_point"]
+    console.print(f"precision >= 99.5% from threshold {point['threshold']:.4f}: {point['coverage']:.1%} of documents "
+                  f"auto-accepted at {point['precision']:.1%}" if point else "precision never reaches 99.5%")
+    at = data["at_threshold"]
+    console.print(f"{backend}: at the review threshold {at['threshold']:.2f}, {at['share']:.1%} of documents "
+                  f"auto-accepted ({at['accepted']}), precision {at['precision']:.2%}")
+    for kind, row in data["per_doc_type"].items():
+        console.print(f"  {kind}: {row['share']:.1%} of {row['documents']} auto-accepted, precision "
+                      f"{row['precision']:.2%}")
+
+
+@app.command()
+def calibrate(
+    manifest: Annotated[Path, typer.Argument(help="ground-truth manifest of your own labelled documents")],
+    backend: Annotated[Optional[str], typer.Option(help=choices(BACKEND_NAMES))] = None,
+    root: Annotated[Optional[Path], typer.Option(
+        help="folder the manifest's paths are relative to (default: the manifest's folder)")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(help="documents in flight at once")] = None,
+) -> None:
+    """Fit the confidence table of this backend + model + prompt from labelled documents, and store it
+    (IDFLOW_CALIBRATION_DIR), so later runs with the same backend, model and prompt can auto-accept."""
+    from pipeline.calibrate import MIN_DOCUMENTS, calibrate as fit_table
+    from pipeline.evaluation import load_manifest
+
+    if not manifest.is_file():
+        raise config_error(f"manifest {manifest} not found")
+    items = load_manifest(manifest, root)
+    missing = [item for item in items if not item.path.is_file()]
+    if missing:
+        raise config_error(f"{len(missing)} of the manifest's {len(items)} files are not under "
+                           f"{root or manifest.parent} (first: {missing[0].rel_path})")
+    if len(items) < MIN_DOCUMENTS:
+        raise config_error(f"{len(items)} documents in {manifest.name}; a table needs at least {MIN_DOCUMENTS} "
+                           "(docs/accuracy.md says why)")
+    settings = load_settings(backend=backend, concurrency=concurrency)
+    try:
+        with progress_bar("calibrating") as sink, progress.listening(sink):
+            result = asyncio.run(fit_table(items, settings, manifest.parent.name or manifest.stem))
+    except ValueError as exc:  # TooFewDocuments, or a backend that has no table of its own (hybrid)
+        raise config_error(str(exc)) from None
+    table = Table(title=f"{result.key.label}: {result.documents} documents, per evidence class")
+    for col in ("class", "observations", "right", "95% interval", "top confidence"):
+        table.add_column(col, justify="left" if col == "class" else "right")
+    for c in result.classes:
+        table.add_row(c.name, str(c.seen), str(c.right), f"{c.low:.3f}-{c.high:.3f}", f"{c.best:.4f}")
+    console.print(table)
+    console.print("in-sample (the documents the table was fitted on; `idflow eval` other documents to measure it):")
+    print_trust(result.report.as_dict(), settings.backend)
+    console.print(f"stored {result.path}")
 
 
 @app.command()

@@ -22,6 +22,9 @@ is read as nothing.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import json
 import logging
 import os
@@ -35,12 +38,12 @@ from typing import Any, TextIO, get_args
 import httpx
 import openai
 
-from pipeline.backends.answer_parsing import AnswerError, parse_answer
 from pipeline.backends.http_errors import classify, not_a_completion
-from pipeline.backends.openai_compat import (RAW_LIMIT, encode_jpeg, jpeg_data_url, response_format, usage_tokens,
-                                             user_message)
+from pipeline.backends.openai_compat import (RAW_LIMIT, answer_tokens, encode_jpeg, judge_answer, jpeg_data_url,
+                                             prompt_key, response_format, usage_tokens, user_message)
 from pipeline.backends.registry import OPENAI
-from pipeline.config import OpenAISettings, Settings
+from pipeline.calibration import Scorer, TableKey
+from pipeline.config import CalibrationSettings, OpenAISettings, Settings
 from pipeline.datamodel import (DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped, SkipReason,
                                 Stage)
 from pipeline.masking import redact
@@ -71,6 +74,8 @@ def request_line(page: PreparedImage, *, request: OpenAISettings, model: str) ->
     }
     if request.use_json_schema:
         body["response_format"] = response_format()
+    if request.logprobs:
+        body["logprobs"] = True
     return {"custom_id": page.ref.key, "method": "POST", "url": CHAT_URL, "body": body}
 
 
@@ -270,13 +275,37 @@ def _answer(ref: DocumentRef, item: dict[str, Any], model: str, source: str) -> 
     content = message.get("content") if isinstance(message, dict) else None
     if not isinstance(message, dict) or not isinstance(content, (str, type(None))):
         return _not_a_completion(ref, source, "a choice without text content", choices[0], tokens)
-    try:
-        fields = parse_answer(content)
-    except AnswerError as exc:
-        return Failure.for_ref(ref, "parse", exc.reason, exc.detail, raw_response=(content or "")[:RAW_LIMIT],
+    logprobs = answer_tokens(SimpleNamespace(choices=[_choice_tokens(choices[0])]))
+    verdict = judge_answer(content or "", logprobs)
+    if verdict.reason in (Reason.NO_JSON, Reason.INVALID_JSON):
+        detail = verdict.errors[0].removeprefix("the answer is not a JSON object (").removesuffix(")")
+        return Failure.for_ref(ref, "parse", verdict.reason, detail, raw_response=(content or "")[:RAW_LIMIT],
                                backend=BACKEND, prompt_tokens=tokens[0], completion_tokens=tokens[1])
-    return Extraction(ref=ref, fields=fields, backend=BACKEND, model=str(body.get("model") or model),
-                      raw_response=content, endpoint=source, prompt_tokens=tokens[0], completion_tokens=tokens[1])
+    answered = Extraction(ref=ref, fields=verdict.fields, backend=BACKEND, model=str(body.get("model") or model),
+                          raw_response=content, endpoint=source, prompt_tokens=tokens[0], completion_tokens=tokens[1])
+    if verdict.judged is None:
+        return answered  # invalid fields: the validate stage names the problem, as for a live answer
+    judged = verdict.judged
+    return _scorer(answered.model)(dataclasses.replace(
+        answered, field_states=judged.states, checks=judged.checks, check_failures=judged.failures,
+        evidence=judged.classes))
+
+
+@functools.lru_cache(maxsize=8)
+def _scorer(model: str) -> Scorer:
+    """Batch answers are the live backend's answers to the same request: the table of the OpenAI-compatible
+    backend with this model and prompt scores them."""
+    calibration = CalibrationSettings()
+    return Scorer.for_key(TableKey(OPENAI.name, model, prompt_key(OpenAISettings().prompt_lang)), calibration.dir,
+                          raw=calibration.raw_scores)
+
+
+def _choice_tokens(choice: dict[str, Any]) -> Any:
+    """A JSON choice's `logprobs.content` as the SDK's objects (what `answer_tokens` reads)."""
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    items = [_attributes(x) for x in content] if isinstance(content, list) else None
+    return SimpleNamespace(logprobs=SimpleNamespace(content=items))
 
 
 def _attributes(value: Any) -> Any:

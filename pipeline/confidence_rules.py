@@ -37,7 +37,8 @@ def cap_disagreements(extraction: Extraction, extra: Mapping[str, str] | None = 
     capped = False
     for name in fields:
         reading = states.get(name)
-        if reading is not None and reading.state == "present" and reading.confidence > DISAGREEMENT_CAP:
+        if (reading is not None and reading.state == "present" and reading.confidence is not None
+                and reading.confidence > DISAGREEMENT_CAP):
             states[name] = FieldReading(reading.value, "present", DISAGREEMENT_CAP)
             capped = True
     return dataclasses.replace(extraction, field_states=states) if capped else extraction

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from importlib.resources import files
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -80,6 +82,9 @@ class OpenAISettings(BaseSettings):
                             description="answer length cap per request")
     use_json_schema: bool = Field(True, validation_alias="IDFLOW_OPENAI_USE_JSON_SCHEMA",
                                   description="send response_format json_schema (falls back when refused)")
+    logprobs: bool = Field(True, validation_alias="IDFLOW_OPENAI_LOGPROBS",
+                           description="ask for token log-probabilities, evidence for each field's confidence "
+                                       "(dropped for the run when the endpoint refuses them)")
     prompt_lang: Literal["en", "zh"] = Field("en", validation_alias="IDFLOW_OPENAI_PROMPT_LANG",
                                              description="language of the instruction sent with each page")
     price_prompt_per_mtok: float = Field(0.0, ge=0, validation_alias="IDFLOW_OPENAI_PRICE_PROMPT_PER_MTOK",
@@ -104,6 +109,26 @@ class OpenAISettings(BaseSettings):
         return value.strip() or None if value is not None else None
 
 
+def default_calibration_dir() -> Path:
+    """The per-user data folder for fitted tables: `$XDG_DATA_HOME/idflow/calibration` (default
+    `~/.local/share/idflow/calibration`)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "idflow" / "calibration"
+
+
+class CalibrationSettings(BaseSettings):
+    """Where fitted confidence tables live (`pipeline.calibration`). Not part of the fingerprint: a refit changes
+    what a confidence means, not what was read, so it never makes documents eligible for re-reading."""
+
+    model_config = SettingsConfigDict(env_prefix="IDFLOW_CALIBRATION_", env_file=".env", extra="ignore")
+
+    dir: Path = Field(default_factory=default_calibration_dir,
+                      description="folder of the tables `idflow calibrate` fits, one per backend + model + prompt "
+                                  "(default $XDG_DATA_HOME/idflow/calibration)")
+    raw_scores: bool = Field(False, description="keep raw field scores instead of calibrated confidences (what "
+                                                "`idflow calibrate` fits on; not for production runs)")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="IDFLOW_", env_file=".env", extra="ignore")
 
@@ -120,6 +145,7 @@ class Settings(BaseSettings):
     prepare: PrepareSettings = Field(default_factory=PrepareSettings)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
     vllm: VllmSettings = Field(default_factory=VllmSettings)
+    calibration: CalibrationSettings = Field(default_factory=CalibrationSettings)
 
     @property
     def model_name(self) -> str:

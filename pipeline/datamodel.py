@@ -161,11 +161,12 @@ class PreparedImage:
 
 @dataclass(slots=True)
 class FieldReading:
-    """One field as read from the page: value (None unless present), state and confidence in [0, 1]."""
+    """One field as read from the page: value (None unless present), state and confidence in [0, 1]; None is
+    unknown (no calibration table was fitted for the backend, model and prompt that read it)."""
 
     value: str | None
     state: FieldState
-    confidence: float
+    confidence: float | None
 
     @classmethod
     def absent(cls) -> FieldReading:
@@ -192,6 +193,10 @@ class Extraction:
     # Extra clockwise rotation the backend found the page needed (the OCR keeps a 180° reading whose
     # checksums pass); added to PreparedImage.rotation_applied in the results.
     rotation_correction: int = 0
+    # Present field -> its evidence class, where the backend names it (a VLM answer's; else the checks decide).
+    evidence: dict[str, str] = field(default_factory=dict)
+    # The calibration table that scored the confidences (`pipeline.calibration`: key and hash); None: unknown.
+    calibration: str | None = None
 
 
 @dataclass(slots=True)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import progress
-from pipeline.calibration import evidence_class
+from pipeline.backends.answer_evidence import ANSWER_DISAGREEMENTS
+from pipeline.calibration import field_class
 from pipeline.confidence_rules import disagreeing_fields
 from pipeline.config import Settings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
@@ -35,6 +36,7 @@ class EvalItem:
     page: int
     truth: dict[str, Any]
     condition: str
+    doc_type: str | None = None  # the manifest's, when it says (per-kind auto-accept shares)
 
 
 def load_manifest(manifest: Path, root: Path | None = None) -> list[EvalItem]:
@@ -43,7 +45,8 @@ def load_manifest(manifest: Path, root: Path | None = None) -> list[EvalItem]:
     items = data["items"] if isinstance(data, dict) else data
     return [
         EvalItem(path=(root or manifest.parent) / it["path"], rel_path=it["path"], page=int(it.get("page") or 0),
-                 truth={k: it.get(k) for k in FIELD_NAMES}, condition=it.get("condition") or "clean")
+                 truth={k: it.get(k) for k in FIELD_NAMES}, condition=it.get("condition") or "clean",
+                 doc_type=it.get("doc_type"))
         for it in items
         if "expect_failure" not in it and "expect_skip" not in it
     ]
@@ -74,6 +77,7 @@ class ItemResult:
     evidence: dict[str, tuple[str, float]] = field(default_factory=dict)  # present field -> (class, confidence)
     states: dict[str, str] = field(default_factory=dict)  # field -> present | absent | unreadable
     disagreeing: list[str] = field(default_factory=list)  # present fields whose sources disagree (never accepted)
+    calibration: str | None = None  # the table that scored it (None: unknown confidence, or raw scores)
 
 
 def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
@@ -81,20 +85,28 @@ def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
         fields = outcome.extraction.fields
         predicted = {k: fields.get(k) for k in FIELD_NAMES}
         states = outcome.extraction.field_states
-        # a field without a confidence (a model's answer) is not auto-accepted, as on the review page
-        confidence = min(states[k].confidence if k in states else 0.0 for k in FIELD_NAMES)
+        # a field without a confidence (no table for its backend + model + prompt) is not auto-accepted, as on
+        # the review page
+        confidence = min(_known(states[k].confidence) if k in states else 0.0 for k in FIELD_NAMES)
         failure = None
         ex = outcome.extraction
-        evidence = {k: (evidence_class(k, fields.get("doc_type"), ex.checks, ex.check_failures), states[k].confidence)
+        evidence = {k: (field_class(ex, k), states[k].confidence)
                     for k in FIELD_NAMES if k in states and states[k].state == "present"}
         state_names = {k: states[k].state for k in FIELD_NAMES if k in states}
-        disagreeing = sorted(k for k in disagreeing_fields(ex.check_failures) if k in evidence)
+        disagreeing = sorted(k for k in disagreeing_fields(ex.check_failures, ANSWER_DISAGREEMENTS) if k in evidence)
+        table = ex.calibration
     else:
+        table = None
         predicted, confidence, failure = dict.fromkeys(FIELD_NAMES), 0.0, f"{outcome.stage}/{outcome.reason}"
         evidence, state_names, disagreeing = {}, {}, []
     correct = {k: normalise(k, predicted[k]) == normalise(k, item.truth[k]) for k in FIELD_NAMES}
     invented = [k for k in FIELD_NAMES if item.truth[k] is None and predicted[k] is not None]
-    return ItemResult(item, predicted, correct, invented, confidence, failure, evidence, state_names, disagreeing)
+    return ItemResult(item, predicted, correct, invented, confidence, failure, evidence, state_names, disagreeing,
+                      table)
+
+
+def _known(confidence: float | None) -> float:
+    return 0.0 if confidence is None else confidence
 
 
 @dataclass
@@ -159,6 +171,25 @@ class EvalReport:
             point = (t, coverage, precision)
         return point
 
+    def accepted_at(self, threshold: float) -> tuple[float, float, int]:
+        """(share of all documents auto-accepted at `threshold`, precision of those, how many)."""
+        accepted = [r for r in self.results if r.failure is None and r.confidence >= threshold]
+        ok = sum(all(r.correct.values()) for r in accepted)
+        return (len(accepted) / len(self.results) if self.results else 0.0,
+                ok / len(accepted) if accepted else 1.0, len(accepted))
+
+    def per_doc_type(self, threshold: float) -> dict[str, dict[str, Any]]:
+        """Per document kind (the manifest's doc_type): documents, share auto-accepted, precision of those."""
+        groups: dict[str, list[ItemResult]] = defaultdict(list)
+        for r in self.results:
+            groups[r.item.doc_type or "unstated"].append(r)
+        out = {}
+        for kind, rs in sorted(groups.items()):
+            share, precision, n = EvalReport(rs).accepted_at(threshold)
+            out[kind] = {"documents": len(rs), "accepted": n, "share": round(share, 4),
+                         "precision": round(precision, 4)}
+        return out
+
     def misses(self) -> list[dict[str, Any]]:
         return [
             {"path": r.item.rel_path, "condition": r.item.condition, "failure": r.failure,
@@ -166,7 +197,14 @@ class EvalReport:
             for r in self.results if not all(r.correct.values())
         ]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, threshold: float | None = None) -> dict[str, Any]:
+        """The report as JSON; `threshold`: the auto-accept threshold the shares are given at (the review
+        page's, `IDFLOW_REVIEW_THRESHOLD`, by default)."""
+        if threshold is None:
+            from pipeline.review.queue import ReviewSettings
+
+            threshold = ReviewSettings().threshold
+        share, precision, accepted = self.accepted_at(threshold)
         return {
             "documents": len(self.results),
             "fields_total": self.fields_total,
@@ -182,6 +220,11 @@ class EvalReport:
                                    for t, c, p in self.precision_coverage()],
             "operating_point": dict(zip(("threshold", "coverage", "precision"), point))
             if (point := self.operating_point()) else None,
+            "tables": sorted({r.calibration or "none (confidence unknown)" for r in self.results
+                              if r.failure is None}),
+            "at_threshold": {"threshold": threshold, "accepted": accepted, "share": round(share, 4),
+                             "precision": round(precision, 4)},
+            "per_doc_type": self.per_doc_type(threshold),
             "misses": self.misses(),
             # per document, for refitting/checking the calibration offline (tools/fit_calibration.py): no values
             "documents_scored": [{"path": r.item.rel_path, "condition": r.item.condition, "failure": r.failure,

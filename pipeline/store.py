@@ -69,6 +69,9 @@ RESULT_SCHEMA = pa.schema([
     pa.field("checks", pa.list_(pa.string())),
     pa.field("check_failures", pa.list_(pa.string())),
     *_STATE_COLUMNS,
+    # the calibration table that scored the confidences: "backend/model/prompt#hash"; null: no table was fitted
+    # for them, so the confidences are unknown (null) and the record goes to a person
+    pa.field("calibration", pa.string()),
     pa.field("fingerprint", pa.string(), nullable=False),
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("processed_at", pa.timestamp("us", tz="UTC"), nullable=False),
@@ -186,6 +189,7 @@ def result_row(record: Record, *, fingerprint: str, run_id: str, worker: str = "
         "attempts": ex.attempts,
         "checks": record.checks,
         "check_failures": list(ex.check_failures),
+        "calibration": ex.calibration,
         "fingerprint": fingerprint,
         "run_id": run_id,
         "processed_at": _now(),

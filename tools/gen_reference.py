@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from pipeline.canary import CANARY_EVENT, CANARY_RESOURCE, CanarySettings, canary_fields  # noqa: E402
-from pipeline.config import OpenAISettings, PrepareSettings, Settings  # noqa: E402
+from pipeline.config import CalibrationSettings, OpenAISettings, PrepareSettings, Settings  # noqa: E402
 from pipeline.datamodel import REASON_STAGES, RETRYABLE_REASONS, Reason, SkipReason  # noqa: E402
 from pipeline.review.corrections import CORRECTION_SCHEMA  # noqa: E402
 from pipeline.review.queue import REASON_TEXT, RECORD_REASONS, ReviewSettings  # noqa: E402
@@ -45,6 +45,7 @@ SETTINGS_GROUPS: list[tuple[str, type[BaseSettings]]] = [
     ("Page preparation (`pipeline.config.PrepareSettings`)", PrepareSettings),
     ("OpenAI-compatible endpoint (`pipeline.config.OpenAISettings`)", OpenAISettings),
     ("Local vLLM pool (`pipeline.vllm.settings.VllmSettings`)", VllmSettings),
+    ("Confidence tables (`pipeline.config.CalibrationSettings`)", CalibrationSettings),
     ("Review page (`pipeline.review.queue.ReviewSettings`)", ReviewSettings),
     ("Drift canary of nightly runs (`pipeline.canary.CanarySettings`)", CanarySettings),
 ]

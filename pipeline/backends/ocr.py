@@ -141,17 +141,22 @@ class OcrBackend:
 
     name = OCR.name
 
-    def __init__(self, *, workers: int = 1, today: date | None = None, calibrated: bool = True) -> None:
-        """`calibrated`: field confidences through the shipped calibration table (`pipeline.calibration`);
-        False gives the raw scores, which is what `tools/fit_calibration.py` fits the table on."""
+    def __init__(self, *, workers: int = 1, today: date | None = None, calibrated: bool = True,
+                 table: calibration.Calibration | None = None) -> None:
+        """`calibrated`: field confidences through the calibration table (`table`, default the shipped one;
+        `pipeline.calibration`); False gives the raw scores, which is what `tools/fit_calibration.py` and
+        `idflow calibrate` fit a table on."""
         self._workers = asyncio.Semaphore(workers)
         self._today = today or date.today()
-        self._calibration = calibration.shipped() if calibrated else None
+        self._calibration = (table or calibration.shipped()) if calibrated else None
 
     @classmethod
     def from_run_settings(cls, settings: Settings) -> OcrBackend:
         # ONNX Runtime already uses every core for one page; more pages at once only oversubscribe the CPU.
-        return cls(workers=max(1, min(settings.concurrency, (os.cpu_count() or 2) // 2)))
+        # The user's own OCR table (`idflow calibrate --backend ocr`) is found before the shipped one.
+        return cls(workers=max(1, min(settings.concurrency, (os.cpu_count() or 2) // 2)),
+                   calibrated=not settings.calibration.raw_scores,
+                   table=calibration.Tables(settings.calibration.dir).find(calibration.ocr_key()))
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
         return list(await asyncio.gather(*(self._one(p) for p in batch)))

@@ -6,6 +6,11 @@ hammer it nor loop. So: a semaphore bounds requests in flight, each request has 
 number of attempts (backoff with jitter, `Retry-After` honoured), errors that would repeat for every page
 (bad key, wrong path, unknown model) stop all sending at once, and a circuit breaker turns an outage into
 retryable failures instead of thousands of doomed calls. Every page ends as an `Extraction` or a `Failure`.
+
+Each answer is judged on its own evidence (`answer_evidence`: its machine-readable zone's check digits, its
+printed copies, its token probabilities, which are asked for with `logprobs` and dropped for the rest of the
+run when the endpoint refuses them) and scored by the calibration table of this backend + model + prompt
+(`pipeline.calibration.Scorer`; unknown confidence without one).
 """
 
 from __future__ import annotations
@@ -23,14 +28,16 @@ from typing import Any, Sequence
 import cv2
 import openai
 
+from pipeline.backends.answer_evidence import EVIDENCE_SCHEMA, Judged, judge, split_answer, value_scores
 from pipeline.backends.answer_parsing import AnswerError, parse_answer
 from pipeline.backends.http_errors import (RequestError, classify, not_a_completion, public_url, redact,
                                            timed_out)
 from pipeline.backends.registry import OPENAI, OPENAI_URL_SETTING, find_spec
-from pipeline.config import SCHEMA_PATH, OpenAISettings, Settings
+from pipeline.calibration import Scorer, TableKey
+from pipeline.config import SCHEMA_PATH, CalibrationSettings, OpenAISettings, Settings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
 from pipeline.prepare.resize import encode
-from pipeline.prompts import load_prompt, repair_prompt
+from pipeline.prompts import PROMPT_VERSION, load_prompt, repair_prompt
 from pipeline.validate import field_errors, schema_errors, semantic_problems
 
 log = logging.getLogger(__name__)
@@ -58,10 +65,40 @@ def user_message(text: str, image_url: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def response_format() -> dict[str, Any]:
-    """`response_format` built from the project schema (meta keys dropped: some providers reject them)."""
+    """`response_format` built from the project schema plus the answer's evidence keys (`mrz`, `printed`; meta
+    keys dropped: some providers reject them)."""
     schema = {k: v for k, v in json.loads(SCHEMA_PATH.read_text(encoding="utf-8")).items()
               if k not in ("$schema", "$id")}
+    schema = {**schema, "required": [*schema["required"], *EVIDENCE_SCHEMA],
+              "properties": {**schema["properties"], **EVIDENCE_SCHEMA}}
     return {"type": "json_schema", "json_schema": {"name": "id_document", "strict": True, "schema": schema}}
+
+
+def prompt_key(lang: str) -> str:
+    """The prompt a table is keyed by: the template's version and language, e.g. `extract_v3.en`."""
+    return f"{PROMPT_VERSION}.{lang}"
+
+
+def answer_tokens(response: Any) -> list[tuple[str, float]] | None:
+    """The first choice's (token, log-probability) pairs, or None when the endpoint sent none."""
+    try:
+        content = response.choices[0].logprobs.content
+    except (AttributeError, IndexError, TypeError):
+        return None
+    if not isinstance(content, list) or not content:
+        return None
+    pairs = []
+    for item in content:
+        token, logprob = getattr(item, "token", None), getattr(item, "logprob", None)
+        if not isinstance(token, str) or not isinstance(logprob, (int, float)) or isinstance(logprob, bool):
+            return None
+        pairs.append((token, float(logprob)))
+    return pairs
+
+
+def refuses_logprobs(error: RequestError) -> bool:
+    """A 400 whose message names the parameter: the provider does not offer log-probabilities."""
+    return error.status == 400 and "logprob" in error.detail.lower()
 
 
 def make_client(settings: OpenAISettings) -> openai.AsyncOpenAI:
@@ -151,21 +188,31 @@ class _Ledger:
 
 
 @dataclass(frozen=True, slots=True)
+class _Answer:
+    """An answer's text and its tokens' log-probabilities (None when the endpoint gave none)."""
+
+    text: str
+    tokens: list[tuple[str, float]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class _Verdict:
-    """A parsed and validated answer: `errors` empty means usable."""
+    """A parsed and validated answer: `errors` empty means usable; `judged`, what its evidence says."""
 
     fields: dict[str, Any]
     errors: list[str]
     reason: Reason | None
+    judged: Judged | None = None
 
 
 class OpenAICompatBackend:
     """`ExtractionBackend` over an OpenAI-compatible endpoint; see the module docstring for the policy."""
 
     def __init__(self, settings: OpenAISettings, *, concurrency: int, name: str = OPENAI.name,
-                 client: openai.AsyncOpenAI | None = None) -> None:
+                 client: openai.AsyncOpenAI | None = None, calibration: CalibrationSettings | None = None) -> None:
         """`name`: the backend kind the results are labelled with (a vLLM pool's endpoints say `vllm`); its spec's
-        `url_setting` is the setting a wrong-URL failure's fix quotes (the API's for a name no kind has)."""
+        `url_setting` is the setting a wrong-URL failure's fix quotes (the API's for a name no kind has).
+        `calibration`: where this backend + model + prompt's table is found (default: the environment's)."""
         if not settings.model:
             raise ValueError("TAOTOKEN_MODEL is not set: use the model id shown by the provider")
         self.name = name
@@ -180,13 +227,22 @@ class OpenAICompatBackend:
         self._slots = asyncio.Semaphore(concurrency)
         self._breaker = CircuitBreaker(settings.breaker_threshold, settings.breaker_cooldown_s)
         self._json_schema = settings.use_json_schema  # switched off for good once the endpoint refuses it
+        self._logprobs = settings.logprobs  # likewise
         self._fatal: RequestError | None = None
         self._prompt = load_prompt(settings.prompt_lang)
         self._rng = random.Random()
+        where = calibration or CalibrationSettings()
+        self.table_key = TableKey(name, self.model, prompt_key(settings.prompt_lang))
+        self._score = Scorer.for_key(self.table_key, where.dir, raw=where.raw_scores)
 
     @classmethod
     def from_run_settings(cls, settings: Settings) -> OpenAICompatBackend:
-        return cls(settings.openai, concurrency=settings.concurrency)
+        return cls(settings.openai, concurrency=settings.concurrency, calibration=settings.calibration)
+
+    @property
+    def logprobs_enabled(self) -> bool:
+        """False once the endpoint refused `logprobs` (fields are then scored on their checks only)."""
+        return self._logprobs
 
     @property
     def json_schema_enabled(self) -> bool:
@@ -235,68 +291,66 @@ class OpenAICompatBackend:
         answer = await self._complete(messages, ledger)
         if isinstance(answer, RequestError):
             return self._request_failure(page, answer, ledger)
-        verdict = self._judge(answer)
-        if verdict.errors:
-            # One repair turn: the model sees its answer and the exact problems. Never more (bounded cost).
-            log.debug("repairing page %s: %d problem(s)", page.ref.sha256[:12], len(verdict.errors))
-            messages += [{"role": "assistant", "content": answer},
-                         {"role": "user", "content": repair_prompt(verdict.errors, self.settings.prompt_lang)}]
+        verdict = judge_answer(answer.text, answer.tokens)
+        refuted = verdict.judged.refuted if verdict.judged else []
+        if verdict.errors or refuted:
+            # One repair turn: the model sees its answer and the exact problems (a value its own zone's check
+            # digit refutes included). Never more (bounded cost).
+            problems = verdict.errors or refuted
+            log.debug("repairing page %s: %d problem(s)", page.ref.sha256[:12], len(problems))
+            messages += [{"role": "assistant", "content": answer.text},
+                         {"role": "user", "content": repair_prompt(problems, self.settings.prompt_lang)}]
             answer = await self._complete(messages, ledger)
             if isinstance(answer, RequestError):
                 return self._request_failure(page, answer, ledger)
-            verdict = self._judge(answer)
-        if verdict.errors:
+            verdict = judge_answer(answer.text, answer.tokens)
+        if verdict.errors or verdict.judged is None:
             assert verdict.reason is not None
             stage = "parse" if verdict.reason in (Reason.NO_JSON, Reason.INVALID_JSON) else "validate"
             return Failure.for_ref(page.ref, stage, verdict.reason, "; ".join(verdict.errors)[:1000],
-                                   attempts=ledger.attempts, raw_response=self._scrub(answer)[:RAW_LIMIT],
+                                   attempts=ledger.attempts, raw_response=self._scrub(answer.text)[:RAW_LIMIT],
                                    backend=self.name, prompt_tokens=ledger.prompt_tokens,
                                    completion_tokens=ledger.completion_tokens)
-        return Extraction(ref=page.ref, fields=verdict.fields, backend=self.name, model=self.model,
-                          raw_response=self._scrub(answer), endpoint=self.endpoint,
-                          prompt_tokens=ledger.prompt_tokens, completion_tokens=ledger.completion_tokens,
-                          latency_ms=round(ledger.latency_ms, 1), attempts=ledger.attempts)
-
-    @staticmethod
-    def _judge(answer: str) -> _Verdict:
-        try:
-            fields = parse_answer(answer)
-        except AnswerError as exc:
-            return _Verdict({}, [f"the answer is not a JSON object ({exc.detail})"], exc.reason)
-        errors = field_errors(fields)
-        if not errors:
-            return _Verdict(fields, [], None)
-        problems = [] if schema_errors(fields) else semantic_problems(fields)
-        return _Verdict(fields, errors, problems[0][0] if problems else Reason.SCHEMA_VIOLATION)
+        judged = verdict.judged
+        return self._score(Extraction(
+            ref=page.ref, fields=verdict.fields, backend=self.name, model=self.model,
+            field_states=judged.states, checks=judged.checks, check_failures=judged.failures,
+            evidence=judged.classes, raw_response=self._scrub(answer.text), endpoint=self.endpoint,
+            prompt_tokens=ledger.prompt_tokens, completion_tokens=ledger.completion_tokens,
+            latency_ms=round(ledger.latency_ms, 1), attempts=ledger.attempts))
 
     def _request_failure(self, page: PreparedImage, error: RequestError, ledger: _Ledger) -> Failure:
         return Failure.for_ref(page.ref, "request", error.reason, error.diagnosis, attempts=ledger.attempts,
                                backend=self.name, prompt_tokens=ledger.prompt_tokens,
                                completion_tokens=ledger.completion_tokens)
 
-    async def _complete(self, messages: list[dict[str, Any]], ledger: _Ledger) -> str | RequestError:
-        """The answer text, after at most `max_attempts` failed HTTP attempts (plus, once, the same request
-        without `response_format`); or the error that ended them."""
+    async def _complete(self, messages: list[dict[str, Any]], ledger: _Ledger) -> _Answer | RequestError:
+        """The answer, after at most `max_attempts` failed HTTP attempts (plus, once each, the same request
+        without `logprobs` and without `response_format`); or the error that ended them."""
         error: RequestError | None = None
         allow_schema = True
         failures = 0
         while True:
             async with self._slots:  # the latch, breaker and schema flag are read when the slot is ours
                 use_schema = self._json_schema and allow_schema
+                use_logprobs = self._logprobs
                 if self._fatal is not None:
                     return self._fatal
                 if not self._breaker.allow():
                     return RequestError(Reason.ENDPOINT_UNAVAILABLE, f"not sent: circuit open after "
                                         f"{self._breaker.consecutive} consecutive failures of {self.endpoint}"
                                         + (f" (last: {error.diagnosis})" if error else ""), retryable=True)
-                reply = await self._send(messages, use_schema, ledger)
-            if isinstance(reply, str):
+                reply = await self._send(messages, use_schema, use_logprobs, ledger)
+            if isinstance(reply, _Answer):
                 self._breaker.record_success()
                 if not allow_schema:
                     self._disable_json_schema()
                 return reply
             error = reply
             self._record(error)
+            if use_logprobs and refuses_logprobs(error):
+                self._disable_logprobs()  # the same request without the parameter, not counted as a failure
+                continue
             if error.status == 400 and use_schema:
                 allow_schema = False  # maybe the endpoint refuses response_format: try once without it
                 continue
@@ -315,9 +369,12 @@ class OpenAICompatBackend:
                                     "limit)", error.status, error.fix, retryable=True)
             await asyncio.sleep(self._backoff(failures, error.retry_after))
 
-    async def _send(self, messages: list[dict[str, Any]], use_schema: bool, ledger: _Ledger) -> str | RequestError:
-        """One HTTP attempt (the caller holds a slot); the answer text or the classified error."""
+    async def _send(self, messages: list[dict[str, Any]], use_schema: bool, use_logprobs: bool,
+                    ledger: _Ledger) -> _Answer | RequestError:
+        """One HTTP attempt (the caller holds a slot); the answer or the classified error."""
         extra: dict[str, Any] = {"response_format": response_format()} if use_schema else {}
+        if use_logprobs:
+            extra["logprobs"] = True
         ledger.attempts += 1
         started = time.perf_counter()
         try:
@@ -339,7 +396,9 @@ class OpenAICompatBackend:
         prompt, completion = usage_tokens(response)
         ledger.prompt_tokens += prompt
         ledger.completion_tokens += completion
-        return answer_text(response, self.endpoint)
+        text = answer_text(response, self.endpoint)
+        return text if isinstance(text, RequestError) else _Answer(text, answer_tokens(response) if use_logprobs
+                                                                   else None)
 
     def _record(self, error: RequestError) -> None:
         """Breaker bookkeeping: any HTTP answer but a 5xx (a 429 included) proves the endpoint is alive."""
@@ -347,6 +406,12 @@ class OpenAICompatBackend:
             self._breaker.record_failure()
         else:
             self._breaker.record_success()
+
+    def _disable_logprobs(self) -> None:
+        if self._logprobs:
+            self._logprobs = False
+            log.warning("%s refused logprobs (HTTP 400); fields are scored without token probabilities from now",
+                        self.endpoint)
 
     def _disable_json_schema(self) -> None:
         if self._json_schema:
@@ -364,3 +429,18 @@ class OpenAICompatBackend:
 
     def _scrub(self, text: str) -> str:
         return redact(text, self._secret)
+
+
+def judge_answer(text: str, tokens: list[tuple[str, float]] | None = None) -> _Verdict:
+    """Parse and validate one answer and judge its evidence (the live backend's verdict, also for batch
+    answers): the record fields without the evidence keys, their problems, and what the evidence says."""
+    try:
+        answer = parse_answer(text)
+    except AnswerError as exc:
+        return _Verdict({}, [f"the answer is not a JSON object ({exc.detail})"], exc.reason)
+    fields, evidence = split_answer(answer)
+    errors = field_errors(fields)
+    if not errors:
+        return _Verdict(fields, [], None, judge(fields, evidence, value_scores(text, tokens) if tokens else None))
+    problems = [] if schema_errors(fields) else semantic_problems(fields)
+    return _Verdict(fields, errors, problems[0][0] if problems else Reason.SCHEMA_VIOLATION)

@@ -1,7 +1,7 @@
 """Versioned instruction templates for VLM backends.
 
 Why files and a version: the prompt changes results, so its version belongs in the run fingerprint and in
-the results; editing a template in place would silently mix answers from two prompts. Make `extract_v2.*`
+the results; editing a template in place would silently mix answers from two prompts. Make a new `extract_vN.*`
 and bump `PROMPT_VERSION` instead.
 """
 
@@ -11,7 +11,7 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import Literal
 
-PROMPT_VERSION = "extract_v2"
+PROMPT_VERSION = "extract_v3"
 REPAIR_VERSION = "repair_v1"
 Lang = Literal["en", "zh"]
 
@@ -20,7 +20,7 @@ _DIR = files(__name__)  # importlib.resources: the templates ship inside the whe
 
 @lru_cache(maxsize=None)
 def load_prompt(lang: Lang = "en", version: str = PROMPT_VERSION) -> str:
-    """The instruction text, e.g. `extract_v2.en.txt`."""
+    """The instruction text, e.g. `extract_v3.en.txt`."""
     return _DIR.joinpath(f"{version}.{lang}.txt").read_text(encoding="utf-8").strip()
 
 

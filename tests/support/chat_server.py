@@ -10,6 +10,10 @@ In-process (tests):
     with ChatServer(ServerConfig(latency_s=0.05, faults=["429", "ok"])) as server:
         settings = OpenAISettings(base_url=server.base_url, api_key=server.config.api_key, model=...)
 
+Answers computed per request (tests/support/mistake_server.py): `ServerConfig.responder` is given each chat
+request (`ChatCall`: image hash, prompt text, body) and returns a `Reply` (the fields, optionally the exact content
+and its token log-probabilities), or raises `HttpError` for an answer the client must see as an error.
+
 Standalone (several processes, e.g. a fake vLLM pool); prints `READY <base_url>` once listening:
 
     python -m tests.support.chat_server --port 8101 --latency 0.4 --max-concurrency 32 --base-path /v1
@@ -32,7 +36,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 from PIL import Image
 
@@ -96,12 +100,35 @@ class ServerConfig:
     count_image_tokens: bool = True  # False: usage ignores the image (an endpoint that drops it)
     max_image_pixels: int | None = None  # 400 "image too large" above this
     hold: threading.Event | None = None  # answers wait for it: a test sees requests pile up, then releases them
+    reject_logprobs: bool = False  # 400 whenever logprobs are asked for (providers that do not support them)
+    responder: Callable[[ChatCall], Reply] | None = None  # computes each answer (instead of `answers`)
+    routes: dict[str, Callable[[], Any]] = field(default_factory=dict)  # extra GET path -> JSON body
 
     def __post_init__(self) -> None:
         unknown = {f for f in [*self.faults, self.default_fault, *sum(self.faults_by_image.values(), [])]
                    if f not in FAULTS}
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; known: {sorted(FAULTS)}")
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """What a `responder` is given: the request's image hash (None without an image), its text parts joined, the
+    decoded request body."""
+
+    image_sha256: str | None
+    text: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A responder's answer: `fields` (what `_content` formats for the faults that reshape an answer), and for a
+    plain answer optionally the exact `content` and `logprobs` (`choices[0].logprobs.content`)."""
+
+    fields: dict[str, Any]
+    content: str | None = None
+    logprobs: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -113,6 +140,7 @@ class RequestRecord:
     fault: str | None = None
     image_sha256: str | None = None
     response_format: bool = False
+    logprobs: bool = False
     n_messages: int = 0
     text: str = ""
     started: float = 0.0
@@ -128,6 +156,9 @@ class _HttpError(Exception):
         if self.bare:  # what FastAPI (vLLM) answers for an unknown route
             return {"detail": self.message}
         return {"error": {"message": self.message, "type": "invalid_request_error", "code": self.code}}
+
+
+HttpError = _HttpError  # what a responder raises for an error answer (status, message, code)
 
 
 class ChatServer:
@@ -235,6 +266,8 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                     return self._send(200, {"status": "ok"})
                 if self.path == "/stats":
                     return self._send(200, server.stats())
+                if self.path in cfg.routes:
+                    return self._send(200, cfg.routes[self.path]())
                 self._check_key()
                 if self.path != f"{cfg.base_path}/models":
                     raise _HttpError(404, "Not Found", bare=True)
@@ -278,6 +311,7 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             texts, images = _split_content(body.get("messages"))
             rec.n_messages, rec.text = len(body["messages"]), "\n".join(texts)
             rec.response_format = "response_format" in body
+            rec.logprobs = bool(body.get("logprobs"))
             image_tokens = 0
             if images:
                 data, (width, height) = _decode_image(images[0])
@@ -288,6 +322,8 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 image_tokens = math.ceil(width / 32) * math.ceil(height / 32) + 2 if cfg.count_image_tokens else 0
             if rec.response_format and cfg.reject_response_format:
                 raise _HttpError(400, "response_format type json_schema is not supported by this server")
+            if rec.logprobs and cfg.reject_logprobs:
+                raise _HttpError(400, "logprobs is not supported by this model", "unsupported_parameter")
             rec.fault = fault = server.next_fault(rec.image_sha256)
             if fault in ("429", "500", "503", "refuse_image"):
                 raise {"429": _HttpError(429, "Rate limit reached, slow down", "rate_limit_exceeded"),
@@ -316,16 +352,23 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 rec.status = 200
                 self._send_bytes(200, b"<html><body>Please sign in</body></html>", "text/html")
                 return
-            content: Any = _content(fault, cfg.answers.get(rec.image_sha256 or "", cfg.default_answer)) \
-                if images else "OK"
+            reply = cfg.responder(ChatCall(rec.image_sha256, rec.text, body)) if cfg.responder and images else None
+            fields = reply.fields if reply else cfg.answers.get(rec.image_sha256 or "", cfg.default_answer)
+            content: Any = _content(fault, fields) if images else "OK"
+            plain = reply is not None and fault == "ok"
+            if plain and reply.content is not None:
+                content = reply.content
             if fault == "content_number":
                 content = 42
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": content}}
+            if plain and reply.logprobs is not None:
+                choice["logprobs"] = {"content": reply.logprobs}
             rec.status = 200
             self._send(200, {
                 "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
                 "model": cfg.model,
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content}}],
+                "choices": [choice],
                 "usage": {"prompt_tokens": _tokens(rec.text) + image_tokens + 8,
                           "completion_tokens": _tokens(str(content)),
                           "total_tokens": _tokens(rec.text) + image_tokens + 8 + _tokens(str(content))},

@@ -1,0 +1,89 @@
+"""One keyed confidence model: tables per (backend, model, prompt), unknown confidence without one, the shipped
+table as the OCR's; and the answer evidence's pure parts (value spans of log-probabilities, malformed evidence)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from pipeline.backends.answer_evidence import split_answer, value_scores
+from pipeline.calibration import (DISAGREEMENT_CAP, Calibration, Scorer, TableKey, Tables, ocr_key, shipped,
+                                  unknown)
+from pipeline.calibration_fit import fit
+from pipeline.config import Settings
+from pipeline.datamodel import DocumentRef, Extraction, FieldReading
+
+KEY = TableKey("openai", "qwen3.5-vl", "extract_v3.en")
+
+
+def extraction(**states: FieldReading) -> Extraction:
+    ref = DocumentRef(Path("/x.jpg"), "x.jpg", "0" * 64)
+    return Extraction(ref=ref, fields={"doc_type": "passport"}, backend="openai", model="qwen3.5-vl",
+                      field_states=states, evidence={k: f"{k}/mrz.number_passed/nolp" for k in states})
+
+
+def table(classes: dict[str, bool], n: int = 60) -> dict:
+    obs = [{"class": c, "raw": 1.0, "correct": right or i % 2 == 0, "manifest": "t"}
+           for c, right in classes.items() for i in range(n)]
+    return fit(obs)
+
+
+def test_a_table_without_key_is_the_embedded_ocr_table() -> None:
+    assert shipped().table_key == ocr_key() and ocr_key().backend == "ocr" and ocr_key().prompt is None
+    assert shipped().table_id.startswith("ocr/")
+
+
+def test_a_stored_table_is_found_by_its_key_only(tmp_path: Path) -> None:
+    tables = Tables(tmp_path)
+    path = tables.save(KEY, table({"id_number/mrz.number_passed/nolp": True}))
+    assert json.loads(path.read_text())["key"] == KEY.as_dict()
+    found = tables.find(KEY)
+    assert found is not None and found.table_key == KEY
+    assert tables.find(TableKey("openai", "another-model", "extract_v3.en")) is None
+    assert tables.find(TableKey("openai", "qwen3.5-vl", "extract_v3.zh")) is None
+    assert tables.find(ocr_key()) == shipped()  # the OCR key falls back to the shipped table
+
+
+def test_without_a_table_confidence_is_unknown_never_made_up(tmp_path: Path) -> None:
+    ex = extraction(id_number=FieldReading("L898902C3", "present", 1.0), expiry_date=FieldReading.absent())
+    scored = Scorer.for_key(KEY, tmp_path)(ex)
+    assert scored.field_states["id_number"].confidence is None and scored.calibration is None
+    assert scored.field_states["expiry_date"] == FieldReading.absent()
+    assert unknown(ex).field_states["id_number"].confidence is None
+
+
+def test_a_table_scores_with_its_id_and_raw_mode_leaves_scores(tmp_path: Path) -> None:
+    Tables(tmp_path).save(KEY, table({"id_number/mrz.number_passed/nolp": True}))
+    ex = extraction(id_number=FieldReading("L898902C3", "present", 1.0))
+    scored = Scorer.for_key(KEY, tmp_path)(ex)
+    assert scored.field_states["id_number"].confidence == round(61 / 62, 4)
+    assert scored.calibration is not None and scored.calibration.startswith("openai/qwen3.5-vl/extract_v3.en#")
+    assert Scorer.for_key(KEY, tmp_path, raw=True)(ex) == ex
+
+
+def test_a_disagreement_is_capped_below_any_threshold_whatever_the_table_says() -> None:
+    cal = Calibration.from_dict(table({"name/disagrees": True}, n=500))
+    assert cal.confidence("name/disagrees", 1.0) == DISAGREEMENT_CAP < 0.95
+
+
+def test_calibration_is_not_part_of_the_fingerprint(tmp_path: Path) -> None:
+    base = Settings()
+    moved = base.model_copy(update={"calibration": base.calibration.model_copy(update={"dir": tmp_path})})
+    assert base.fingerprint() == moved.fingerprint()
+
+
+def test_each_field_scores_its_own_lowest_token() -> None:
+    text = '{"doc_type": "passport", "name": "ANNA", "printed": {"name": "ANNX"}, "id_number": "L8", ' \
+           '"expiry_date": null}'
+    tokens = [(c, math.log(0.5) if c == "X" else math.log(0.9) if c == "N" else 0.0) for c in text]
+    scores = value_scores(text, tokens)
+    assert scores["name"] == 0.9  # the nested printed copy's X is not the name's
+    assert scores["id_number"] == 1.0 and "expiry_date" not in scores
+
+
+def test_malformed_evidence_is_no_evidence() -> None:
+    fields, evidence = split_answer({"name": "A B", "mrz": [1, 2], "printed": "A B"})
+    assert fields == {"name": "A B"} and evidence.mrz is None and evidence.printed == {}
+    _, evidence = split_answer({"mrz": ["p<uto ERIKSSON", ""], "printed": {"id_number": "l 898-902"}})
+    assert evidence.mrz == ("P<UTOERIKSSON",) and evidence.printed == {"name": None, "id_number": "L898902"}
