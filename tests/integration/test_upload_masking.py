@@ -16,7 +16,7 @@ import pytest
 from pipeline.sources import folder_reference, resolve
 from tests.support.chat_server import ChatServer, ServerConfig
 from tests.support.idflow_process import unique_scans
-from tests.support.prefect_server import Stack, prefect_server, wait_for
+from tests.support.prefect_server import prefect_server, wait_for
 
 pytestmark = pytest.mark.timeout(1500)
 
