@@ -38,7 +38,7 @@ from idflow.vllm import register as register_vllm
 from pipeline.backends.registry import BACKEND_NAMES, VLM_NAMES, VLLM_KEY_MISSING, backend_spec, choices, escalates
 from pipeline.config import Settings
 from pipeline.inbox import is_text
-from pipeline.masking import mask_id, redact
+from pipeline.masking import mask_id, mask_name, redact
 from pipeline.report import CONSOLE_COLUMNS, conflicts_line, masked_rows
 from pipeline.store import OutputUnreadable, check_parts, readable_path
 
@@ -298,9 +298,9 @@ def eval_(
                       f"{row['precision']:.1%}" if row["accepted"] else "—")  # nothing accepted: no precision
     console.print(table)
     print_trust(data, settings.backend)
-    for miss in data["misses"][:30]:
-        if "id_number" in miss:  # the console is a log: numbers masked here, full values in report.json
-            miss = {**miss, "id_number": {k: mask_id(v) for k, v in miss["id_number"].items()}}
+    for miss in data["misses"][:30]:  # the console is a log: names and numbers masked, full values in report.json
+        masks = {"id_number": mask_id, "name": mask_name}
+        miss = {k: {side: masks[k](v) for side, v in v.items()} if k in masks else v for k, v in miss.items()}
         console.print(f"  miss: {redact(str(miss))}")
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
