@@ -35,7 +35,7 @@ def labelled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A generated set with ground truth: its manifest."""
     folder = tmp_path_factory.mktemp("labelled")
     subprocess.run([sys.executable, str(REPO / "tools" / "make_samples.py"), str(folder), "--set", "eval",
-                    "--count", "60", "--seed", str(SEED)], check=True, capture_output=True)
+                    "--count", "200", "--seed", str(SEED)], check=True, capture_output=True)
     return folder / "manifest.json"
 
 
