@@ -46,6 +46,7 @@ from pipeline.store import RESULTS, read_table
 CONFLICT_REASON = "number_conflict"
 COMPARED = ("name", "expiry_date")
 SUMMARY_NUMBERS = 20  # masked numbers a run summary lists at most
+LISTED = 20  # other documents a flagged record names at most (its page shows them)
 _COLUMNS = ["sha256", "page", "source_path", "run_id", "processed_at", "doc_type", "id_number", "name",
             "expiry_date", "expiry_long_term"]
 _SEP = "\x1f"  # between the document type and the number in a group key (in neither)
@@ -109,13 +110,36 @@ def comparable_number(number: str) -> str:
     return "".join(number.split()).upper()
 
 
-def _differing(a: Reading, b: Reading) -> tuple[str, ...]:
-    fields = []
-    if a.name and b.name and comparable_name(a.name) != comparable_name(b.name):
-        fields.append("name")
-    if a.expiry and b.expiry and a.expiry != b.expiry:
-        fields.append("expiry_date")
-    return tuple(fields)
+def group_conflicts(readings: list[Reading]) -> dict[str, Conflict]:
+    """The flagged machine records of one (type, number) group. Linear when the group agrees (the usual case: one
+    document scanned many times): the group's distinct names and expiry dates are counted first, and only a group
+    with two of either is compared reading by reading, each against the readings of the *other* values (at most
+    `LISTED` of them kept per record for the page: a record's flag does not depend on how many disagree)."""
+    by_name: dict[str, list[Reading]] = defaultdict(list)
+    by_expiry: dict[str, list[Reading]] = defaultdict(list)
+    names = {r.key: comparable_name(r.name) if r.name else "" for r in readings}
+    for r in readings:
+        if names[r.key]:
+            by_name[names[r.key]].append(r)
+        if r.expiry:
+            by_expiry[r.expiry].append(r)
+    if len(by_name) < 2 and len(by_expiry) < 2:
+        return {}
+    conflicts: dict[str, Conflict] = {}
+    for reading in readings:
+        if reading.by_person:
+            continue
+        others: dict[str, tuple[Reading, list[str]]] = {}
+        for field, buckets, own in (("name", by_name, names[reading.key]), ("expiry_date", by_expiry, reading.expiry)):
+            for value, bucket in buckets.items() if own else ():
+                for other in bucket if value != own else ():
+                    if other.key in others:
+                        others[other.key][1].append(field)
+                    elif len(others) < LISTED:
+                        others[other.key] = (other, [field])
+        if others:
+            conflicts[reading.key] = Conflict(reading, tuple(Disagreement(o, tuple(f)) for o, f in others.values()))
+    return conflicts
 
 
 def _expiry(value: Any, long_term: bool | None) -> str | None:
@@ -184,13 +208,7 @@ def find_conflicts(out_dir: Path) -> dict[str, Conflict]:
         by_group[reading.group].append(reading)
     conflicts: dict[str, Conflict] = {}
     for readings in by_group.values():
-        for reading in readings:
-            if reading.by_person:
-                continue
-            found = tuple(Disagreement(other, fields) for other in readings
-                          if other.key != reading.key and (fields := _differing(reading, other)))
-            if found:
-                conflicts[reading.key] = Conflict(reading, found)
+        conflicts.update(group_conflicts(readings))
     return conflicts
 
 

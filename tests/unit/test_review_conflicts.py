@@ -11,7 +11,8 @@ import pytest
 
 from pipeline.datamodel import FIELD_NAMES
 from pipeline.report import conflicts_line
-from pipeline.review.conflicts import CONFLICT_REASON, find_conflicts, run_conflicts
+from pipeline.review.conflicts import (CONFLICT_REASON, LISTED, Reading, group_conflicts, find_conflicts,
+                                      run_conflicts)
 from pipeline.review.corrections import Correction, write_corrections
 from pipeline.review.queue import build_queue
 from pipeline.store import RESULT_SCHEMA, RESULTS, write_part, write_run_summary
@@ -132,3 +133,21 @@ def test_the_prefect_form_says_which_fields_disagree_never_their_values(tmp_path
     text = _describe(item, tmp_path / "page.html", 1, 2, [], item.machine_values())
     assert "number_conflict" in text and "the same number is on 1 other document(s) with another name" in text
     assert NUMBER not in text and "ERIKSSON" not in text and "LARSSON" not in text
+
+
+def _reading(i: int, name: str, expiry: str | None = "2031-01-01") -> Reading:
+    return Reading(key=f"{i:064d}:0", source_path=f"scan{i}.jpg", run_id="r", doc_type="passport",
+                   id_number="UT4815926", name=name, expiry=expiry, by_person=False)
+
+
+def test_a_group_that_agrees_flags_nothing_however_large() -> None:
+    assert group_conflicts([_reading(i, "LARSSON EVA") for i in range(3000)]) == {}
+
+
+def test_one_disagreeing_reading_flags_every_record_and_lists_at_most_listed() -> None:
+    readings = [_reading(i, "LARSSON EVA") for i in range(300)] + [_reading(300, "LARSSON EVE", "2032-01-01")]
+    conflicts = group_conflicts(readings)
+    assert len(conflicts) == 301  # every record disagrees with the odd one, and it with all of them
+    odd = conflicts[readings[-1].key]
+    assert len(odd.disagreements) == LISTED and all(d.fields == ("name", "expiry_date") for d in odd.disagreements)
+    assert [d.other.key for d in conflicts[readings[0].key].disagreements] == [readings[-1].key]
