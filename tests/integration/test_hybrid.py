@@ -45,14 +45,14 @@ def test_only_unsettled_pages_reach_the_vlm(sample_dir: Path, tmp_path: Path) ->
 
 
 def test_a_model_answer_never_replaces_what_the_ocr_checks_vouch_for(sample_dir: Path) -> None:
-    """At threshold 0.95 the PRC front (its number passes MOD 11-2, read at 0.944) and the back are escalated; the
+    """At a threshold above what the table gives a checked PRC card (0.999) the front and the back are escalated; the
     model answers another person with a valid PRC number. The OCR's values stay, the clash fails the cross-check
     and halves the confidence (a person sees it); the back keeps its absent name and its expiry, the answer's
     name and number are not stored over them. The model's tokens are still counted."""
     other = {"doc_type": "cn_id", "name": "李四", "id_number": "11010519491231002X", "expiry_date": None,
              "orientation": "landscape"}
     with ChatServer(ServerConfig(api_key=KEY, default_answer=other)) as server:
-        settings = Settings(backend="hybrid", concurrency=2, hybrid_threshold=0.95,
+        settings = Settings(backend="hybrid", concurrency=2, hybrid_threshold=0.999,
                             openai=OpenAISettings(api_key=KEY, base_url=server.base_url, model="test-vlm"))
 
         async def run(paths: list[Path]) -> list:
