@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from pydantic import ValidationError
@@ -41,6 +41,9 @@ from pipeline.inbox import is_text
 from pipeline.masking import mask_id, mask_name, redact
 from pipeline.report import CONSOLE_COLUMNS, conflicts_line, masked_rows
 from pipeline.store import OutputUnreadable, check_parts, readable_path
+
+if TYPE_CHECKING:
+    from pipeline.evaluation import EvalItem
 
 # pretty_exceptions off: an unforeseen error reaches `main`, which prints its traceback masked (typer's own printed
 # file names and values as they are, document numbers inside them too)
@@ -255,6 +258,22 @@ def show(out: Annotated[Path, typer.Argument(help="output folder of a previous r
     print_corrections(out)
 
 
+def labelled_items(manifest: Path, root: Path | None) -> list[EvalItem]:
+    """The manifest's documents (`idflow eval`, `idflow calibrate`), or one line and exit 2 when the manifest or a
+    file it names is missing."""
+    from pipeline.evaluation import load_manifest
+
+    if not manifest.is_file():
+        raise config_error(f"manifest {manifest} not found")
+    items = load_manifest(manifest, root)
+    missing = [item for item in items if not item.path.is_file()]
+    if missing:
+        raise config_error(f"{len(missing)} of the manifest's {len(items)} files are not under "
+                           f"{root or manifest.parent} (first: {missing[0].rel_path}); paths are relative to the "
+                           "manifest's folder unless --root says otherwise")
+    return items
+
+
 @app.command("eval")
 def eval_(
     manifest: Annotated[Path, typer.Argument(help="ground-truth manifest (JSON list with path and fields)")],
@@ -265,16 +284,9 @@ def eval_(
         help="folder the manifest's paths are relative to (default: the manifest's folder)")] = None,
 ) -> None:
     """Field accuracy, per-condition accuracy, invented values and auto-accept precision on a manifest."""
-    from pipeline.evaluation import evaluate, load_manifest
+    from pipeline.evaluation import evaluate
 
-    if not manifest.is_file():
-        raise config_error(f"manifest {manifest} not found")
-    items = load_manifest(manifest, root)
-    missing = [item for item in items if not item.path.is_file()]
-    if missing:
-        raise config_error(f"{len(missing)} of the manifest's {len(items)} files are not under "
-                           f"{root or manifest.parent} (first: {missing[0].rel_path}); paths are relative to the "
-                           "manifest's folder unless --root says otherwise")
+    items = labelled_items(manifest, root)
     settings = load_settings(backend=backend, concurrency=concurrency)
     with progress_bar("evaluating") as sink, progress.listening(sink):
         report = asyncio.run(evaluate(items, settings))
@@ -340,15 +352,8 @@ def calibrate(
     """Fit the confidence table of this backend + model + prompt from labelled documents, and store it
     (IDFLOW_CALIBRATION_DIR), so later runs with the same backend, model and prompt can auto-accept."""
     from pipeline.calibrate import MIN_DOCUMENTS, calibrate as fit_table
-    from pipeline.evaluation import load_manifest
 
-    if not manifest.is_file():
-        raise config_error(f"manifest {manifest} not found")
-    items = load_manifest(manifest, root)
-    missing = [item for item in items if not item.path.is_file()]
-    if missing:
-        raise config_error(f"{len(missing)} of the manifest's {len(items)} files are not under "
-                           f"{root or manifest.parent} (first: {missing[0].rel_path})")
+    items = labelled_items(manifest, root)
     if len(items) < MIN_DOCUMENTS:
         raise config_error(f"{len(items)} documents in {manifest.name}; a table needs at least {MIN_DOCUMENTS} "
                            "(docs/accuracy.md says why)")
