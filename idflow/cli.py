@@ -310,10 +310,12 @@ def eval_(
                       f"{row['precision']:.1%}" if row["accepted"] else "—")  # nothing accepted: no precision
     console.print(table)
     print_trust(data, settings.backend)
+    masks = {"id_number": mask_id, "name": mask_name}
     for miss in data["misses"][:30]:  # the console is a log: names and numbers masked, full values in report.json
-        masks = {"id_number": mask_id, "name": mask_name}
-        miss = {k: {side: masks[k](v) for side, v in v.items()} if k in masks else v for k, v in miss.items()}
-        console.print(f"  miss: {redact(str(miss))}")
+        fields = "; ".join(f"{k} truth {masks.get(k, str)(v['truth'])}, got {masks.get(k, str)(v['got'])}"
+                           for k, v in miss.items() if isinstance(v, dict))
+        failure = f" ({miss['failure']})" if miss.get("failure") else ""
+        console.print(escape(redact(f"  miss: {miss['path']} [{miss['condition']}]{failure}: {fields}")))
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "report.json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
