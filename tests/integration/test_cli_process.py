@@ -28,8 +28,8 @@ def test_doctor_sample_that_is_no_file_is_one_masked_line(tmp_path: Path, kind: 
     if kind == "folder":
         sample.mkdir()
     # the doctor wants a key set before it looks at the sample: a throwaway made now, not a literal in the code
-    done = _idflow("doctor", "--backend", "openai", "--sample", str(sample), TAOTOKEN_API_KEY=secrets.token_hex(8),
-                   TAOTOKEN_MODEL="m")
+    throwaway = {"TAOTOKEN_API_KEY": secrets.token_hex(8), "TAOTOKEN_MODEL": "m"}
+    done = _idflow("doctor", "--backend", "openai", "--sample", str(sample), **throwaway)
     assert done.returncode == 2 and "not a regular file" in done.stdout, done.stdout + done.stderr
     assert "110101199003071233" not in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
 
