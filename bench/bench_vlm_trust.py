@@ -1,7 +1,8 @@
 """The VLM path's auto-accept target (issue 29): calibrate on a tuning set, measure on a fresh one.
 
 Usage: taskset -c 1 python bench/bench_vlm_trust.py [--tune-count 300] [--eval-count 200]
-       [--tune-seed 121] [--eval-seed 9301] [--error-rate 0.05] [--uniform] [--work /tmp/vlm-trust]
+       [--tune-seed 121] [--eval-seed 9301] [--error-rate 0.05] [--uniform] [--crosscheck]
+       [--modes 'logprobs,no logprobs'] [--work /tmp/vlm-trust]
 
 1. Generates a tuning set (`make_samples.py --set eval`, a tuning seed) and a fresh evaluation set (another seed).
 2. Per mode (with and without token log-probabilities): serves the tuning set from the mistake-making endpoint
@@ -45,10 +46,11 @@ def generate(folder: Path, count: int, seed: int) -> Path:
     return manifest
 
 
-def idflow(args: list[str], server: MistakeServer, tables: Path, logprobs: bool, log: Path) -> int:
+def idflow(args: list[str], server: MistakeServer, tables: Path, logprobs: bool, crosscheck: bool, log: Path) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IDFLOW_", "TAOTOKEN_"))}
     env.update(TAOTOKEN_BASE_URL=server.base_url, TAOTOKEN_API_KEY=KEY, TAOTOKEN_MODEL=MODEL,
                IDFLOW_CALIBRATION_DIR=str(tables), IDFLOW_OPENAI_LOGPROBS="true" if logprobs else "false",
+               IDFLOW_OPENAI_CROSSCHECK="true" if crosscheck else "false",
                PYTHONPATH=str(REPO), COLUMNS="160")
     with log.open("w") as out:
         return subprocess.run([sys.executable, "-m", "idflow", *args], env=env, stdout=out,
@@ -80,6 +82,9 @@ def main() -> None:
     parser.add_argument("--eval-seed", type=int, default=9301, help="a fresh seed, never used for tuning")
     parser.add_argument("--error-rate", type=float, default=0.05, help="mistakes per field (see `rates`)")
     parser.add_argument("--uniform", action="store_true", help="every mistake kind at --error-rate instead")
+    parser.add_argument("--crosscheck", action="store_true",
+                        help="IDFLOW_OPENAI_CROSSCHECK: the embedded OCR reads the fields no check proves")
+    parser.add_argument("--modes", default="logprobs,no logprobs", help="which of 'logprobs', 'no logprobs'")
     parser.add_argument("--work", type=Path, default=Path("/tmp/vlm-trust"))
     args = parser.parse_args()
     work = args.work
@@ -93,19 +98,20 @@ def main() -> None:
           flush=True)
     figures = {}
     mistakes = rates(args.error_rate, args.uniform)
-    tag = f"{'uniform' if args.uniform else 'field'}{args.error_rate:g}"
+    tag = f"{'uniform' if args.uniform else 'field'}{args.error_rate:g}{'-ocr' if args.crosscheck else ''}"
     print(f"mistake rates ({tag}): {mistakes}", flush=True)
-    for mode, logprobs in (("logprobs", True), ("no logprobs", False)):
+    wanted = {m.strip() for m in args.modes.split(",")}
+    for mode, logprobs in [(m, lp) for m, lp in (("logprobs", True), ("no logprobs", False)) if m in wanted]:
         tables = work / f"tables-{tag}-{'lp' if logprobs else 'nolp'}"
         with serve(tune, tune_index, mistakes, seed=args.tune_seed) as server:
             code = idflow(["calibrate", str(tune), "--backend", "openai"], server, tables, logprobs,
-                          work / f"calibrate-{tag}-{mode.replace(' ', '-')}.log")
+                          args.crosscheck, work / f"calibrate-{tag}-{mode.replace(' ', '-')}.log")
         if code != 0:
             raise SystemExit(f"idflow calibrate failed ({mode}): see {work}")
         out = work / f"eval-out-{tag}-{mode.replace(' ', '-')}"
         with serve(held, eval_index, mistakes, seed=args.eval_seed) as server:
             code = idflow(["eval", str(held), str(out), "--backend", "openai"], server, tables, logprobs,
-                          work / f"eval-{tag}-{mode.replace(' ', '-')}.log")
+                          args.crosscheck, work / f"eval-{tag}-{mode.replace(' ', '-')}.log")
             injected = sum(len(r.mistakes) for r in server.records().values())
         if code != 0:
             raise SystemExit(f"idflow eval failed ({mode}): see {work}")

@@ -21,6 +21,13 @@ visual zone (`printed`), and the request asks for token log-probabilities. idflo
 - **The printed copies** are compared with the answer's values (`cross.name_answer_vs_printed`,
   `cross.number_answer_vs_printed`). They are the same reading of the same glyphs, so agreement proves little;
   disagreement means the model is unsure.
+- **The embedded OCR's reading** (optional, `IDFLOW_OPENAI_CROSSCHECK`; `pipeline.backends.ocr_crosscheck`):
+  the fields no check proves (`unproven`: a PRC card's name and validity, a name its zone does not confirm, a
+  number or expiry no check digit covers) are compared with what the embedded OCR reads on the same page, an
+  independent reading by another method (`cross.*_answer_vs_ocr`). Agreement puts the field in a class of its
+  own (`field/<source>+ocr/...`), so a table learns how often two readings that agree are right; the OCR seeing
+  another value, or no value where the answer has one, is a disagreement; the OCR unable to read the field is no
+  evidence either way.
 - **Token probabilities**: the lowest probability of the tokens that spell a field's value is its raw score
   (1.0 when the endpoint gave none). The evidence class says which (`/lp` or `/nolp`), so a table fitted with
   log-probabilities is never applied to scores made without them.
@@ -52,11 +59,15 @@ NAME_VS_PRINTED = "cross.name_answer_vs_printed"
 NUMBER_VS_ZONE = "cross.number_answer_vs_mrz"
 NUMBER_VS_PRINTED = "cross.number_answer_vs_printed"
 EXPIRY_VS_ZONE = "cross.expiry_answer_vs_mrz"
+# The answer's field against the embedded OCR's reading of the same page (`with_ocr_reading`).
+VS_OCR: dict[str, str] = {"name": "cross.name_answer_vs_ocr", "id_number": "cross.number_answer_vs_ocr",
+                          "expiry_date": "cross.expiry_answer_vs_ocr"}
+OCR_AGREES = "+ocr"  # appended to a field's evidence source when the OCR read the same value
 # The failed checks that make a field's sources disagree.
 DISAGREEMENTS: dict[str, tuple[str, ...]] = {
-    "name": (NAME_VS_ZONE, NAME_VS_PRINTED),
-    "id_number": (NUMBER_VS_ZONE, NUMBER_VS_PRINTED),
-    "expiry_date": (EXPIRY_VS_ZONE,),
+    "name": (NAME_VS_ZONE, NAME_VS_PRINTED, VS_OCR["name"]),
+    "id_number": (NUMBER_VS_ZONE, NUMBER_VS_PRINTED, VS_OCR["id_number"]),
+    "expiry_date": (EXPIRY_VS_ZONE, VS_OCR["expiry_date"]),
 }
 # The same, as `confidence_rules.cap_disagreements` takes it (failed check -> field).
 ANSWER_DISAGREEMENTS: dict[str, str] = {check: name for name, checks in DISAGREEMENTS.items() for check in checks}
@@ -90,6 +101,7 @@ class Judged:
     states: dict[str, FieldReading]
     classes: dict[str, str]
     refuted: list[str]
+    lp: str = "nolp"  # whether the raw scores are token probabilities (`lp`) or none were given (`nolp`)
 
 
 def split_answer(answer: dict[str, Any]) -> tuple[dict[str, Any], AnswerEvidence]:
@@ -134,17 +146,60 @@ def judge(fields: dict[str, Any], evidence: AnswerEvidence, scores: dict[str, fl
     states = {name: _reading(fields.get(name), scores, name) for name in FIELD_NAMES}
     doc_type = fields.get("doc_type")
     lp = "lp" if scores is not None else "nolp"
-    classes = {name: evidence_class(name, doc_type, checks, failures, lp)
-               for name, reading in states.items() if reading.state == "present"}
-    return Judged(checks, failures, states, classes, refuted)
+    return Judged(checks, failures, states, _classes(states, doc_type, checks, failures, lp), refuted, lp)
+
+
+def _classes(states: dict[str, FieldReading], doc_type: Any, checks: list[str], failures: list[str],
+             lp: str) -> dict[str, str]:
+    return {name: evidence_class(name, doc_type, checks, failures, lp)
+            for name, reading in states.items() if reading.state == "present"}
 
 
 def evidence_class(name: str, doc_type: Any, checks: list[str], failures: list[str], lp: str) -> str:
-    """`field/disagrees` when the field's sources contradict each other, else `field/<source>/<lp|nolp>`."""
+    """`field/disagrees` when the field's sources contradict each other, else `field/<source>/<lp|nolp>`
+    (`<source>+ocr` when the embedded OCR read the same value)."""
     if any(c in failures for c in DISAGREEMENTS[name]):
         return f"{name}/{DISAGREES}"
     source = FORMATS.evidence_source(name, doc_type if isinstance(doc_type, str) else None, checks, failures)
-    return f"{name}/{source}/{lp}"
+    return f"{name}/{source}{OCR_AGREES if VS_OCR[name] in checks else ''}/{lp}"
+
+
+# Checks that prove a field by themselves: a check digit over the value, or the zone agreeing with the answer.
+_ZONE_EXPIRY_CHECKS = frozenset(fmt.expiry_check for fmt in FORMATS if isinstance(fmt, ZoneFormat))
+
+
+def unproven(fields: dict[str, Any], judged: Judged) -> list[str]:
+    """The answer's present fields no check proves: worth an independent reading. A name is proven by its zone
+    agreeing; a number by the zone's check digit or its own checksum (MOD 11-2, ...); an expiry date by the
+    zone's check digit. A field whose sources already disagree goes to a person anyway."""
+    proven = {"name": NAME_VS_ZONE in judged.checks,
+              "id_number": "mrz.number" in judged.checks or _number_check(fields) in judged.checks,
+              "expiry_date": bool(_ZONE_EXPIRY_CHECKS & set(judged.checks))}
+    return [name for name, reading in judged.states.items() if reading.state == "present"
+            and not proven[name] and not judged.classes.get(name, "").endswith("/" + DISAGREES)]
+
+
+def with_ocr_reading(fields: dict[str, Any], judged: Judged, ocr: dict[str, FieldReading],
+                     names: Sequence[str]) -> Judged:
+    """`judged` with the embedded OCR's reading of the same page (`ocr`: field -> its reading) compared on
+    `names` (module docstring): the same value passes `cross.*_answer_vs_ocr`, another value or none where the
+    answer has one fails it, an unreadable field adds nothing. The classes are computed again."""
+    checks, failures = list(judged.checks), list(judged.failures)
+    for name in names:
+        own, answer = ocr.get(name), fields.get(name)
+        if own is None or own.state == "unreadable" or answer is None:
+            continue
+        same = own.state == "present" and _same(name, own.value, answer)
+        (checks if same else failures).append(VS_OCR[name])
+    doc_type = fields.get("doc_type")
+    return Judged(checks, failures, judged.states, _classes(judged.states, doc_type, checks, failures, judged.lp),
+                  judged.refuted, judged.lp)
+
+
+def _same(name: str, ours: Any, theirs: Any) -> bool:
+    if name == "name":  # spacing is layout, not spelling: 王 小明 and 王小明 are one name
+        return fold(str(ours)).replace(" ", "") == fold(str(theirs)).replace(" ", "")
+    return str(ours) == str(theirs)
 
 
 def _reading(value: Any, scores: dict[str, float] | None, name: str) -> FieldReading:

@@ -2,9 +2,14 @@
 
 Why: most pages in a nightly batch are clean, and for those the OCR plus check digits is both free and
 verifiable. A page goes to the VLM only when the OCR reading fails validation or a field's confidence is below
-`threshold`. When both have read a page, agreement is evidence (confidence goes up, `cross.ocr_vs_vlm` passes)
-and disagreement is recorded (`cross.ocr_vs_vlm` in `check_failures`, confidence down); a value the OCR's checks
-vouch for is never replaced by the model's.
+`threshold`. When both have read a page, agreement is evidence (`cross.ocr_vs_vlm` passes) and disagreement is recorded
+(`cross.ocr_vs_vlm` in `check_failures`); a value the OCR's checks vouch for is never replaced by the model's.
+
+Confidence comes only from calibrated numbers, never from a made-up bonus: each half's extraction is already
+scored by its own table (the OCR's, and the model's keyed table, unknown without one). A field both read alike
+keeps the higher of the two; a field they read differently is capped at the disagreement cap (never
+auto-accepted); a field only the model read keeps the model's confidence (unknown when no table was fitted
+for its backend + model + prompt, so a person sees it).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.backends.base import ExtractionBackend
 from pipeline.backends.registry import HYBRID, OCR
+from pipeline.confidence_rules import DISAGREEMENT_CAP
 from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, FieldReading, PreparedImage
 from pipeline.validate import FATAL_CHECKS, field_errors
 
@@ -40,11 +46,12 @@ def needs_vlm(reading: Extraction | Failure, threshold: float) -> bool:
 
 def reconcile(ocr: Extraction | Failure, vlm: Extraction) -> Extraction:
     """One reading of a page both backends read. An OCR reading that passes its checks is the record and the VLM
-    answer evidence, field by field: agreement lifts the field's confidence, a clash halves it and keeps the OCR's
-    value (its checks are about its values: an answer contradicting a passing checksum, or naming a field the OCR
-    read as absent, is not stored over it), and a field the OCR could not read takes the answer's value unmeasured
-    (confidence 0: a person sees it). An OCR reading that fails its checks is no evidence: the answer stands alone.
-    `cross.ocr_vs_vlm` passes only when the two agree on every field."""
+    answer evidence, field by field: agreement keeps the higher of the two calibrated confidences, a clash caps
+    the field below the threshold and keeps the OCR's value (its checks are about its values: an answer
+    contradicting a passing checksum, or naming a field the OCR read as absent, is not stored over it), and a
+    field the OCR could not read takes the answer's value with the answer's confidence. An OCR reading that fails
+    its checks is no evidence: the answer stands alone. `cross.ocr_vs_vlm` passes only when the two agree on
+    every field."""
     check = "cross.ocr_vs_vlm"
     agree = isinstance(ocr, Extraction) and all(ocr.fields.get(k) == vlm.fields.get(k) for k in FIELD_NAMES)
     if not passes_checks(ocr):
@@ -58,19 +65,30 @@ def reconcile(ocr: Extraction | Failure, vlm: Extraction) -> Extraction:
         fields["doc_type"] = vlm.fields.get("doc_type")
     for name in FIELD_NAMES:
         own, answer = ocr.field_states.get(name), vlm.fields.get(name)
+        theirs = vlm.field_states.get(name)
         if own is None or own.state == "unreadable":
             fields[name] = answer
-            states[name] = FieldReading(answer, "present" if answer is not None else "unreadable", 0.0)
+            states[name] = theirs if theirs is not None else FieldReading(
+                answer, "present" if answer is not None else "unreadable", None)
         elif own.value == answer:
-            states[name] = FieldReading(own.value, own.state, min(1.0, own.confidence + 0.2))
+            states[name] = FieldReading(own.value, own.state, _higher(own.confidence, theirs))
         else:
-            states[name] = FieldReading(own.value, own.state, own.confidence * 0.5)
+            states[name] = FieldReading(own.value, own.state, _capped(own.confidence))
     return replace(ocr, fields=fields, field_states=states, backend=f"{PREFIX}{vlm.backend}", model=vlm.model,
                    checks=sorted(set(ocr.checks) | ({check} if agree else set())),
                    check_failures=sorted(set(ocr.check_failures) | ({check} if not agree else set())),
                    raw_response=vlm.raw_response, endpoint=vlm.endpoint, prompt_tokens=vlm.prompt_tokens,
                    completion_tokens=vlm.completion_tokens, latency_ms=ocr.latency_ms + vlm.latency_ms,
                    attempts=vlm.attempts)
+
+
+def _higher(own: float | None, theirs: FieldReading | None) -> float | None:
+    known = [c for c in (own, theirs.confidence if theirs is not None else None) if c is not None]
+    return max(known) if known else None
+
+
+def _capped(own: float | None) -> float:
+    return DISAGREEMENT_CAP if own is None else min(own, DISAGREEMENT_CAP)
 
 
 class HybridBackend:

@@ -9,7 +9,8 @@ retryable failures instead of thousands of doomed calls. Every page ends as an `
 
 Each answer is judged on its own evidence (`answer_evidence`: its machine-readable zone's check digits, its
 printed copies, its token probabilities, which are asked for with `logprobs` and dropped for the rest of the
-run when the endpoint refuses them) and scored by the calibration table of this backend + model + prompt
+run when the endpoint refuses them; optionally the embedded OCR's reading of the fields nothing else proves,
+`ocr_crosscheck`) and scored by the calibration table of this backend + model + prompt
 (`pipeline.calibration.Scorer`; unknown confidence without one).
 """
 
@@ -33,6 +34,7 @@ from pipeline.backends.answer_parsing import AnswerError, parse_answer
 from pipeline.backends.http_errors import (RequestError, classify, not_a_completion, public_url, redact,
                                            timed_out)
 from pipeline.backends.registry import OPENAI, OPENAI_URL_SETTING, find_spec
+from pipeline.backends.ocr_crosscheck import OcrCrossCheck
 from pipeline.calibration import Scorer, TableKey
 from pipeline.config import SCHEMA_PATH, CalibrationSettings, OpenAISettings, Settings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
@@ -230,6 +232,7 @@ class OpenAICompatBackend:
         self._logprobs = settings.logprobs  # likewise
         self._fatal: RequestError | None = None
         self._prompt = load_prompt(settings.prompt_lang)
+        self._crosscheck = OcrCrossCheck() if settings.crosscheck else None
         self._rng = random.Random()
         where = calibration or CalibrationSettings()
         self.table_key = TableKey(name, self.model, prompt_key(settings.prompt_lang))
@@ -312,6 +315,8 @@ class OpenAICompatBackend:
                                    backend=self.name, prompt_tokens=ledger.prompt_tokens,
                                    completion_tokens=ledger.completion_tokens)
         judged = verdict.judged
+        if self._crosscheck is not None:
+            judged = await self._crosscheck.judge(page, verdict.fields, judged)
         return self._score(Extraction(
             ref=page.ref, fields=verdict.fields, backend=self.name, model=self.model,
             field_states=judged.states, checks=judged.checks, check_failures=judged.failures,
