@@ -110,8 +110,10 @@ def main() -> None:
             raise SystemExit(f"idflow calibrate failed ({mode}): see {work}")
         out = work / f"eval-out-{tag}-{mode.replace(' ', '-')}"
         with serve(held, eval_index, mistakes, seed=args.eval_seed) as server:
+            begun = time.perf_counter()
             code = idflow(["eval", str(held), str(out), "--backend", "openai"], server, tables, logprobs,
                           args.crosscheck, work / f"eval-{tag}-{mode.replace(' ', '-')}.log")
+            took = time.perf_counter() - begun
             injected = sum(len(r.mistakes) for r in server.records().values())
         if code != 0:
             raise SystemExit(f"idflow eval failed ({mode}): see {work}")
@@ -119,7 +121,8 @@ def main() -> None:
         figures[mode] = report
         at, point = report["at_threshold"], report["operating_point"]
         print(f"\n== {mode}: evaluation set seed {args.eval_seed} ({report['documents']} documents, "
-              f"{injected} injected mistakes), table fitted on tuning seed {args.tune_seed}")
+              f"{injected} injected mistakes), table fitted on tuning seed {args.tune_seed}; idflow eval took "
+              f"{took:.0f} s")
         print(f"field accuracy {report['accuracy']:.2%} (per field: {report['per_field']}); at threshold {at['threshold']:.2f}: "
               f"{at['share']:.1%} of documents auto-accepted ({at['accepted']}), precision {at['precision']:.2%}")
         print("99.5% operating point: " + (f"threshold {point['threshold']:.4f}, coverage {point['coverage']:.1%}"

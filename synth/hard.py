@@ -99,6 +99,15 @@ def phone512(r: Rendered, rng: random.Random) -> Image.Image:
     return C.small(C.photo(r.image, rng), rng, long_edge=512)
 
 
+def thumbnail(r: Rendered, rng: random.Random) -> Image.Image:
+    """A thumbnail-size phone photo (300-360 px long edge: a chat preview, a form's upload preview), turned
+    upside down half the time: a card's printed name is ~10 px tall. Opt-in (`OPT_IN`): below the capture size
+    the reader is specified for, so not in a hard set by default; tuning material for the calibration, which
+    must learn what an unsure reading of a small name is worth instead of trusting it like a sharp one."""
+    img = C.small(C.photo(r.image, rng), rng, long_edge=rng.randint(300, 360))
+    return C.rotate(img, 180) if rng.random() < 0.5 else img
+
+
 def motion_blur(r: Rendered, rng: random.Random) -> Image.Image:
     """Camera shake: a straight motion-blur kernel of 6-11 px at a random angle."""
     length = rng.randint(6, 11)
@@ -257,6 +266,10 @@ def zone_name(mrz: tuple[str, ...]) -> str:
 # no longer be what is on the picture).
 Scope = Literal["any", "mrz", "one"]
 
+# Conditions a hard set holds only when `--conditions` names them: every other one is in the default set, whose
+# contents per seed do not change when an opt-in condition is added.
+OPT_IN = frozenset({"thumbnail"})
+
 # name -> (condition, container, quality, scope)
 HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, Scope]] = {
     "watermark": (watermark, "jpeg", 88, "any"),
@@ -272,4 +285,5 @@ HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, Scope]] = {
     "hard_rot180": (rotated(180), "jpeg", 85, "any"),
     "hard_rot270": (rotated(270), "jpeg", 85, "any"),
     "mrz_strip": (mrz_strip, "jpeg", 80, "mrz"),
+    "thumbnail": (thumbnail, "jpeg", 85, "one"),
 }

@@ -358,11 +358,17 @@ def _write_manifest(out: Path, manifest: list[dict]) -> None:
     (out / MANIFEST).write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
-def build_eval(out_dir: str | Path, count: int = 300, seed: int = 7, jobs: int = 1) -> list[dict]:
-    """Write ``count`` documents across all kinds x conditions, a few bad/skip files and ``manifest.json``."""
+def build_eval(out_dir: str | Path, count: int = 300, seed: int = 7, jobs: int = 1,
+               kinds: list[str] | None = None) -> list[dict]:
+    """Write ``count`` documents across all kinds x conditions (only ``kinds`` when given: tuning material for
+    a rare evidence class, e.g. the 长期 card backs), a few bad/skip files and ``manifest.json``."""
+    unknown = set(kinds or ()) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown kinds: {sorted(unknown)}")
+    combos = [(k, c) for k in kinds for c in EVAL_CONDITIONS] if kinds else None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tasks = [(i, k, c, seed, str(out)) for i, (k, c) in enumerate(_eval_plan(count, seed), start=1)]
+    tasks = [(i, k, c, seed, str(out)) for i, (k, c) in enumerate(_eval_plan(count, seed, combos), start=1)]
     manifest = _run_tasks(_eval_worker, tasks, jobs)
     for rel, data, entry in _eval_bad_files(seed):
         _write(out, rel, data)
@@ -397,9 +403,9 @@ def _hard_worker(args: tuple[int, str, str, int, str]) -> list[dict]:
 
 def build_hard(out_dir: str | Path, count: int = 120, seed: int = 101, jobs: int = 1,
                conditions: list[str] | None = None) -> list[dict]:
-    """Write ``count`` documents under the hard conditions (``synth.hard``; all of them unless
+    """Write ``count`` documents under the hard conditions (``synth.hard``; all but the opt-in ones unless
     ``conditions`` names some) and ``manifest.json``. Each condition uses the kinds its scope allows."""
-    names = conditions or list(H.HARD_CONDITIONS)
+    names = conditions or [c for c in H.HARD_CONDITIONS if c not in H.OPT_IN]
     unknown = set(names) - set(H.HARD_CONDITIONS)
     if unknown:
         raise ValueError(f"unknown hard conditions: {sorted(unknown)}")

@@ -83,3 +83,13 @@ def test_mrz_strip_is_the_zone_alone(tmp_path):
         with Image.open(tmp_path / m["path"]) as img:
             assert 300 <= img.width <= 1250 and img.height < img.width / 2.5
         assert m["orientation"] == "landscape" and m["name"]
+
+
+def test_an_opt_in_condition_is_only_in_a_set_that_names_it(tmp_path):
+    """Adding an opt-in condition leaves every seed's default hard set as it was; naming it gives it."""
+    from synth.sample_set import build_hard
+
+    default = build_hard(tmp_path / "d", count=30, seed=3)
+    assert not H.OPT_IN & {row["condition"] for row in default}
+    named = build_hard(tmp_path / "n", count=4, seed=3, conditions=sorted(H.OPT_IN))
+    assert {row["condition"] for row in named} == set(H.OPT_IN)
