@@ -146,3 +146,10 @@ def test_a_front_without_name_labels_is_left_to_the_printed_format() -> None:
 def test_no_front_confidence_reaches_the_auto_accept_threshold() -> None:
     reading = read_document(de_front(), TODAY)
     assert all(s.confidence < 0.95 for s in reading.states.values())
+
+
+def test_a_letter_the_issuers_numbers_never_use_is_read_as_the_digit_it_resembles() -> None:
+    # German numbers have no O nor I, Dutch ones no O; a French number may hold any letter: kept as read
+    assert read_document(de_front(number="L0IXO0T47"), TODAY).fields["id_number"] == "L01X00T47"
+    assert read_document(nl_front(number="SPECI2O21"), TODAY).fields["id_number"] == "SPECI2021"
+    assert read_document(fr_2021(number="X4RTBPFWO"), TODAY).fields["id_number"] == "X4RTBPFWO"

@@ -52,7 +52,7 @@ class NationalFrontFormat(FormatDefaults):
             else national_front.number_in_boxes(issuer, page.lines)
         if number is None:
             return b.unreadable("id_number")
-        value = "".join(number[0].upper().split())
+        value = issuer.normalised(number[0])
         if not issuer.number.fullmatch(value):
             b.failures.append("number.shape")
             return b.unreadable("id_number")
