@@ -29,6 +29,7 @@ from PIL import Image
 from synth import conditions as C
 from synth import hard as H
 from synth import render as R
+from synth import render_national as RN
 from synth.identities import CNPerson, MRZPerson, make_cn_person, random_cn_person, random_mrz_person
 
 SAMPLE_SEED = 20260101
@@ -236,6 +237,9 @@ def sample_notes() -> dict[str, str]:
 # --------------------------------------------------------------------------------------------------------
 
 KINDS = ("cn_front", "cn_back", "cn_both", "passport", "td1", "td2", "visa")
+# Opt-in kinds (`--kinds`): card fronts whose zone is on the back (`synth.render_national`); a default set,
+# which draws from `KINDS` only, is the same per seed as before they existed.
+OPT_IN_KINDS = tuple(RN.NATIONAL_FRONTS)
 # condition -> (image transform applied upright, rotation/EXIF step, container, JPEG/WebP quality)
 EVAL_CONDITIONS: dict[str, tuple[str, str | None, str, int]] = {
     "clean_png": ("clean", None, "png", 0),
@@ -264,6 +268,8 @@ _MULTI = {"tiff_multi", "pdf_multi"}
 def _render_kind(kind: str, rng: random.Random) -> tuple[R.Rendered, object]:
     """Render a random document of ``kind``; returns it and the person (for a matching second page)."""
     variant = rng.randrange(4)
+    if kind in RN.NATIONAL_FRONTS:
+        return RN.render_national(kind, rng, variant)
     if kind in ("cn_front", "cn_back", "cn_both"):
         p = random_cn_person(rng, long_term=rng.random() < 0.25 if kind != "cn_front" else None)
         sep = rng.choice(("-", "-", "—", "至"))
@@ -362,7 +368,7 @@ def build_eval(out_dir: str | Path, count: int = 300, seed: int = 7, jobs: int =
                kinds: list[str] | None = None) -> list[dict]:
     """Write ``count`` documents across all kinds x conditions (only ``kinds`` when given: tuning material for
     a rare evidence class, e.g. the 长期 card backs), a few bad/skip files and ``manifest.json``."""
-    unknown = set(kinds or ()) - set(KINDS)
+    unknown = set(kinds or ()) - set(KINDS) - set(OPT_IN_KINDS)
     if unknown:
         raise ValueError(f"unknown kinds: {sorted(unknown)}")
     combos = [(k, c) for k in kinds for c in EVAL_CONDITIONS] if kinds else None

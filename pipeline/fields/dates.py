@@ -119,7 +119,8 @@ _YMD_ISO = re.compile(r"(?<!\d)(\d{4})[.\-/](\d{2})[.\-/](\d{2})(?!\d)")
 _MONTHS = {m: i + 1 for i, m in enumerate(
     ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"])}
 # The month may carry one OCR digit for a letter (0CT, 5EP, FE8, N0V): at least two of its three are letters.
-_DAY_MON_YEAR = re.compile(r"(?<!\d)(\d{1,2})\s*([A-Z058]{3})[A-Z]*(?:\s*/\s*[A-Z]{3,})?\s*(\d{4}|\d{2})(?!\d)")
+# A bilingual month ("MAA/MAR", "AVR/APR") is read by whichever of its two words is an English month.
+_DAY_MON_YEAR = re.compile(r"(?<!\d)(\d{1,2})\s*([A-Z058]{3})[A-Z]*(?:\s*/\s*([A-Z]{3})[A-Z]*)?\s*(\d{4}|\d{2})(?!\d)")
 _MONTH_LETTERS = str.maketrans("058", "OSB")
 
 
@@ -141,9 +142,11 @@ def parse_printed_dates(text: str, *, today: date) -> list[date]:
     for m in _DAY_MON_YEAR.finditer(upper):
         token = m.group(2)
         month = _MONTHS.get(token.translate(_MONTH_LETTERS)) if sum(c.isalpha() for c in token) >= 2 else None
+        if month is None and m.group(3):
+            month = _MONTHS.get(m.group(3))
         if month is None:
             continue
-        year = m.group(3)
+        year = m.group(4)
         if len(year) == 4:
             d = make_date(int(year), month, int(m.group(1)))
         else:

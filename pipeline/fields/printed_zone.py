@@ -7,6 +7,7 @@ cross-check a machine-readable zone with, or, on a page without one, a low-confi
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -18,17 +19,21 @@ from pipeline.fields.lines import OcrLine, fold
 from pipeline.fields.values import clean_name, clean_number
 
 _LABELS: dict[str, tuple[str, ...]] = {
-    "surname": ("surname", "primary identifier", "apellidos", "nom", "mbiemri", "soyadi", "nazwisko"),
+    "surname": ("surname", "primary identifier", "apellidos", "nom", "mbiemri", "soyadi", "nazwisko", "cognome",
+                "naam"),
     "given": ("given names", "given name", "secondary identifier", "prenoms", "nombres", "emri", "vorname",
-              "given name patronymic", "given names patronymic"),
-    "name": ("name", "nombre", "name surname given names"),
-    "number": ("passport no", "document no", "passport number", "card no", "no of document", "numero"),
+              "given name patronymic", "given names patronymic", "vornamen", "voornamen", "nome", "nombre"),
+    "name": ("name", "name surname given names"),
+    "number": ("passport no", "document no", "passport number", "card no", "no of document", "numero",
+               "n du document", "documentnummer", "document number", "num soport", "num soporte"),
     "expiry": ("date of expiry", "expiry", "valid until", "expiration date", "date d expiration",
-               "fecha de caducidad", "gultig bis", "date of expiration"),
-    "personal": ("personal no", "personal number", "nr personal", "personal id no"),
+               "fecha de caducidad", "gultig bis", "date of expiration", "expiry date", "date d expir",
+               "geldig tot", "valido hasta", "scadenza"),
+    "personal": ("personal no", "personal number", "nr personal", "personal id no", "persoonsnummer"),
 }
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and asked of every box once per label on the page
 def label_kind(text: str) -> str | None:
     """Which field a label box names, matching each '/'-separated language variant fuzzily (OCR mangles
     small label print). Each "m" read is also tried as "rn": small print's "rn" is read as "m" so often
@@ -63,10 +68,31 @@ def _rn_readings(text: str) -> set[str]:
 def _value_below(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
     """The nearest box under a label that starts in the label's column (printed zones put values there); never
     zone text (a printed value has no `<`): on a page whose last label sits just above the MRZ, the zone's first
-    line is not that label's value."""
+    line is not that label's value. When the nearest box there is the label of another field, the label has no
+    value under it (the box under that one is the other field's value); a second line of the same label (its
+    other language) is passed over."""
+    kind = label_kind(label.text)
     below = [x for x in lines if x is not label and x.top > label.middle and x.top - label.bottom < 2.5 * label.height
-             and abs(x.left - label.left) < 3 * label.height and "<" not in x.text and label_kind(x.text) is None]
-    return min(below, key=lambda x: x.top) if below else None
+             and abs(x.left - label.left) < 3 * label.height and "<" not in x.text
+             and label_kind(x.text) != kind]
+    if not below:
+        return None
+    nearest = min(below, key=lambda x: x.top)
+    return nearest if label_kind(nearest.text) is None else None
+
+
+def _value_right(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
+    """The nearest box on the label's own line to its right, within six label heights (layouts that print a
+    value beside its label); never zone text nor another label."""
+    right = [x for x in lines if x is not label and abs(x.middle - label.middle) < 0.5 * label.height
+             and x.left >= label.right - 0.5 * label.height and x.left - label.right < 6 * label.height
+             and "<" not in x.text and label_kind(x.text) is None]
+    return min(right, key=lambda x: x.left) if right else None
+
+
+def value_of(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
+    """A label's value box by layout: under the label (most card layouts), else beside it on its right."""
+    return _value_below(label, lines) or _value_right(label, lines)
 
 
 @dataclass(slots=True)
@@ -84,7 +110,7 @@ def read_printed(lines: Sequence[OcrLine]) -> Printed:
         kind = label_kind(line.text)
         if kind is None or kind in printed.values:
             continue
-        value = _value_below(line, lines)
+        value = value_of(line, lines)
         if value is None:
             continue
         if kind == "personal":

@@ -22,6 +22,8 @@ _FIELD_NUMBER_BEFORE_NUMBER = re.compile(r"^\s*\d{1,2}[a-dA-D]?[.:)]\s+(?=\S)")
 # "N°" is always a label; "No", "Nr", "Num", "Numéro" only with a separator after them ("NO1234567" is a number).
 _NUMBER_LABEL = re.compile(r"^\s*(?:N[°º]\s*[:.]?\s*|(?:No|Nr|Num|Numero|Número|Numéro)(?:\s*[.:]\s*|\s+))(?=\S)",
                            re.IGNORECASE)
+# A comma between two words separates the given names some cards list ("Maëlys-Gaëlle, Marie"): a space.
+_LIST_COMMA = re.compile(r"(?<=[^\W\d_]),\s*(?=[^\W\d_])")
 _EDGE_PUNCTUATION = ",.;:/|\\-–—_*•·"
 # Words of name labels (folded, lower case), in the languages the printed zone's labels are read in.
 LABEL_WORDS = frozenset({
@@ -78,11 +80,12 @@ def _without_label_words(words: list[str]) -> list[str]:
 
 def clean_name(text: str) -> str:
     """A printed name value without quotation marks, a leading field number or label words around it, single
-    spaced; "" when nothing of a value is left."""
+    spaced, the commas that list given names as spaces; "" when nothing of a value is left."""
     value = strip_marks(unicodedata.normalize("NFC", text).replace("/", " / ").replace("|", " | "))
     value = _FIELD_NUMBER.sub("", value)
     words = _without_label_words(value.split())
     value = " ".join(w.strip(QUOTE_MARKS) for w in words)
+    value = _LIST_COMMA.sub(" ", value)
     return " ".join(value.strip(_EDGE_PUNCTUATION + " ").split())
 
 

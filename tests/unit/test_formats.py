@@ -155,8 +155,8 @@ def test_a_resident_id_field_is_classed_by_its_checksum_even_beside_zone_checks(
     assert evidence_class("name", "cn_permanent_residence", ["cn_pr.checksum"], []) == "name/printed"
 
 
-def test_only_a_resident_id_page_is_never_reread_for_an_mrz() -> None:
-    assert [f.name for f in FORMATS if not f.may_carry_mrz] == ["cn_id"]
+def test_only_a_resident_id_page_and_a_card_front_whose_zone_is_on_its_back_are_never_reread_for_an_mrz() -> None:
+    assert [f.name for f in FORMATS if not f.may_carry_mrz] == ["cn_id", "national_front"]
     assert [f.name for f in FORMATS if f.settled_by_zone] == ["icao_mrz"]
 
 

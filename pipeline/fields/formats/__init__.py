@@ -12,7 +12,15 @@ the models: the schema's enum and a new prompt version (prompts are versioned, n
 
 from __future__ import annotations
 
-from pipeline.fields.formats import cn_id, cn_permanent_residence, driving_licence, french_id, icao, printed
+from pipeline.fields.formats import (
+    cn_id,
+    cn_permanent_residence,
+    driving_licence,
+    french_id,
+    icao,
+    national_front,
+    printed,
+)
 from pipeline.fields.formats.registry import DocumentFormat, FormatDefaults, NumberCheck, Registry
 from pipeline.fields.formats.zone import NAME_EXTENDED_CHECK, ZoneFields, ZoneFormat
 
@@ -22,6 +30,7 @@ FORMATS = Registry([
     driving_licence.FORMAT,
     cn_permanent_residence.FORMAT,
     cn_id.FORMAT,
+    national_front.FORMAT,
     printed.FORMAT,
 ])
 

@@ -1,0 +1,241 @@
+"""Fronts of national identity cards whose machine-readable zone is on the back: the French card of 2021, the
+German Personalausweis, the Dutch identity card, the Italian CIE and the Spanish DNI, laid out after the
+published specimens (titles, bilingual labels, values under or beside their labels, the number where the issuer
+prints it). Fake people and numbers of each issuer's shape; the ground truth is what the front shows: name
+("SURNAME GIVEN NAMES"), document number, expiry date.
+
+Every renderer is `(person, variant) -> Rendered`, a pure function of its arguments (856x540, CR80).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import dataclass
+
+from synth.identities import add_years, random_date
+from synth.render import CARD_H, CARD_W, Rendered, _background, _Canvas, _photo_box
+
+_LABEL = (80, 80, 95)
+_VALUE = (15, 15, 15)
+_DE_ALPHABET = "0123456789CFGHJKLMNPRTVWXYZ"
+_LETTERS = "ABCDEFGHJKLMNPRSTUVWXYZ"
+_NL_MONTHS = ("JAN", "FEB", "MAA", "APR", "MEI", "JUN", "JUL", "AUG", "SEP", "OKT", "NOV", "DEC")
+_EN_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+_DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
+
+SURNAMES = {
+    "FRA": ("MARTIN", "DUBOIS", "LEFÈVRE", "BERNARD", "MOREAU", "GIRARD", "FONTAINE", "ROUSSEAU"),
+    "DEU": ("MÜLLER", "SCHMIDT", "SCHNEIDER", "FISCHER", "WEBER", "BECKER", "HOFFMANN", "KRÜGER"),
+    "NLD": ("DE JONG", "JANSEN", "DE VRIES", "VAN DEN BERG", "BAKKER", "VISSER", "SMIT", "MEIJER"),
+    "ITA": ("ROSSI", "RUSSO", "FERRARI", "ESPOSITO", "BIANCHI", "ROMANO", "COLOMBO", "RICCI"),
+    "ESP": ("GARCÍA LÓPEZ", "MARTÍNEZ RUIZ", "SÁNCHEZ GIL", "PÉREZ MORENO", "GÓMEZ DÍAZ", "LÓPEZ NAVARRO"),
+}
+GIVEN = {
+    "FRA": ("MARIE", "HÉLÈNE", "JEAN", "LUC", "CAMILLE", "ANNE-SOPHIE", "PIERRE", "CHLOÉ"),
+    "DEU": ("ANNA", "LUKAS", "JÜRGEN", "KATHARINA", "FELIX", "SOPHIE", "MAXIMILIAN", "LENA"),
+    "NLD": ("JAN", "SANNE", "PIETER", "EMMA", "DAAN", "FLEUR", "THIJS", "LOTTE"),
+    "ITA": ("GIULIA", "MARCO", "FRANCESCA", "LUCA", "CHIARA", "MATTEO", "SARA", "ANDREA"),
+    "ESP": ("MARÍA", "JOSÉ", "LUCÍA", "JAVIER", "CARMEN", "PABLO", "ELENA", "ANTONIO"),
+}
+PLACES = {"FRA": ("PARIS", "LYON", "NANTES"), "DEU": ("BERLIN", "KÖLN", "MÜNCHEN"),
+          "NLD": ("UTRECHT", "DELFT", "LEIDEN"), "ITA": ("ROMA", "TORINO", "BARI"),
+          "ESP": ("MADRID", "SEVILLA", "BILBAO")}
+
+
+@dataclass(frozen=True)
+class NationalPerson:
+    """A card holder of one issuer (`state`): names in capitals, the document number in the issuer's shape."""
+
+    state: str
+    surname: str
+    given_names: tuple[str, ...]
+    sex: str
+    birth: dt.date
+    issued: dt.date
+    expiry: dt.date
+    number: str
+    place: str
+    personal: str = ""  # a second number the front prints (DNI number, BSN, CAN)
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.surname} {' '.join(self.given_names)}"
+
+
+def dni_number(rng: random.Random) -> str:
+    """A Spanish DNI number: 8 digits and their mod-23 check letter."""
+    digits = f"{rng.randrange(10_000_000, 99_999_999):08d}"
+    return digits + _DNI_LETTERS[int(digits) % 23]
+
+
+def _number(rng: random.Random, state: str) -> str:
+    digit = rng.choice("0123456789")
+    if state == "FRA":
+        body = "".join(rng.choice(_LETTERS + "0123456789") for _ in range(8))
+        return body[:4] + digit + body[5:] + rng.choice(_LETTERS + "0123456789")
+    if state == "DEU":
+        return rng.choice("CFGHJKLMNPRTVWXYZ") + "".join(rng.choice(_DE_ALPHABET) for _ in range(6)) + digit \
+            + rng.choice(_DE_ALPHABET)
+    if state == "NLD":
+        return "".join(rng.choice(_LETTERS) for _ in range(2)) \
+            + "".join(rng.choice(_LETTERS + "0123456789") for _ in range(6)) + digit
+    if state == "ITA":
+        return "C" + rng.choice(_LETTERS) + f"{rng.randrange(100000):05d}" + rng.choice(_LETTERS) + rng.choice(_LETTERS)
+    return "".join(rng.choice(_LETTERS) for _ in range(3)) + f"{rng.randrange(1_000_000):06d}"
+
+
+def random_national_person(rng: random.Random, state: str, today: dt.date = dt.date(2026, 1, 1)) -> NationalPerson:
+    """A random holder of a card of `state` (FRA, DEU, NLD, ITA, ESP), valid 10 years from its issue."""
+    given = tuple(rng.sample(GIVEN[state], rng.choice((1, 1, 2))))
+    expiry = random_date(rng, today + dt.timedelta(days=60), add_years(today, 10))
+    personal = {"ESP": dni_number(rng), "NLD": f"{rng.randrange(10**8, 10**9)}"}.get(state,
+                                                                                     f"{rng.randrange(10**6):06d}")
+    return NationalPerson(state, rng.choice(SURNAMES[state]), given, rng.choice("MF"),
+                          random_date(rng, dt.date(1950, 1, 1), dt.date(2005, 12, 31)),
+                          add_years(expiry, -10) + dt.timedelta(days=1), expiry, _number(rng, state),
+                          rng.choice(PLACES[state]), personal)
+
+
+def _dotted(d: dt.date) -> str:
+    return f"{d.day:02d}.{d.month:02d}.{d.year}"
+
+
+def _spaced(d: dt.date) -> str:
+    return f"{d.day:02d} {d.month:02d} {d.year}"
+
+
+def _dutch(d: dt.date) -> str:
+    return f"{d.day:02d} {_NL_MONTHS[d.month - 1]}/{_EN_MONTHS[d.month - 1]} {d.year}"
+
+
+def _card(base, tint, variant: int) -> _Canvas:
+    c = _Canvas(_background(CARD_W, CARD_H, base, tint, variant))
+    c.draw.rounded_rectangle((0, 0, CARD_W - 1, CARD_H - 1), radius=28, outline=(200, 205, 210), width=2)
+    return c
+
+
+def _below(c: _Canvas, x: int, y: int, label: str, value: str, vsize: int = 26, lsize: int = 15) -> None:
+    """A label with its value under it."""
+    c.text((x, y), label, "sans", lsize, _LABEL)
+    c.text((x, y + lsize + 6), value, "sans_bold", vsize, _VALUE)
+
+
+def _beside(c: _Canvas, x: int, y: int, label: str, value: str, vsize: int = 26, lsize: int = 15) -> None:
+    """A label with its value to its right on the same line."""
+    end = c.text((x, y + (vsize - lsize) // 2 + 2), label, "sans", lsize, _LABEL)
+    c.text((end + 14, y), value, "sans_bold", vsize, _VALUE)
+
+
+def _done(c: _Canvas, p: NationalPerson, kind: str) -> Rendered:
+    return Rendered(c.img, "id_card", p.full_name, p.number, p.expiry.isoformat(), "landscape", texts=c.texts,
+                    kind=kind)
+
+
+def fr_front_2021(p: NationalPerson, variant: int = 0) -> Rendered:
+    """Carte nationale d'identité (2021): given names listed with commas, number and expiry at the bottom."""
+    c = _card((238, 242, 248), (176, 196, 226), variant)
+    c.text((230, 16), "RÉPUBLIQUE FRANÇAISE", "sans_bold", 24, (30, 50, 110))
+    c.text((230, 48), "CARTE NATIONALE D'IDENTITÉ / IDENTITY CARD", "sans", 18, (30, 50, 110))
+    _photo_box(c, (28, 90, 208, 330))
+    x = 240
+    _below(c, x, 90, "NOM / Surname", p.surname)
+    _below(c, x, 150, "Prénoms / Given names", ", ".join(p.given_names))
+    _below(c, x, 210, "SEXE / Sex", p.sex)
+    _below(c, x + 120, 210, "NATIONALITÉ / Nationality", "FRA")
+    _below(c, x + 360, 210, "DATE DE NAISS. / Date of birth", _spaced(p.birth))
+    _below(c, x, 270, "LIEU DE NAISSANCE / Place of birth", p.place)
+    _below(c, x, 330, "Nom d'usage / Alternate name", "-")
+    _below(c, x, 400, "N° DU DOCUMENT / Document No", p.number)
+    _below(c, x + 300, 400, "DATE D'EXPIR. / Expiry date", _spaced(p.expiry))
+    c.text((700, 490), p.personal, "sans", 18, _LABEL)
+    return _done(c, p, "fr_front")
+
+
+def de_front(p: NationalPerson, variant: int = 0) -> Rendered:
+    """Personalausweis: the number top right without a label, trilingual labels, the access number (CAN)
+    bottom right."""
+    c = _card((244, 240, 236), (214, 190, 180), variant + 1)
+    c.text((30, 18), "BUNDESREPUBLIK DEUTSCHLAND", "sans_bold", 22, (40, 40, 40))
+    c.text((30, 48), "PERSONALAUSWEIS · IDENTITY CARD", "sans", 17, (40, 40, 40))
+    c.text((640, 20), p.number, "sans_bold", 26, (20, 20, 20))
+    _photo_box(c, (30, 90, 210, 330))
+    x = 240
+    _below(c, x, 86, "Name/Surname/Nom", p.surname)
+    _below(c, x, 146, "Geburtsname/Name at birth/Nom de naissance", p.surname)
+    _below(c, x, 206, "Vornamen/Given names/Prénoms", " ".join(p.given_names))
+    _below(c, x, 266, "Geburtstag/Date of birth/Date de naissance", _dotted(p.birth))
+    _below(c, x + 330, 266, "Staatsangehörigkeit/Nationality", "DEUTSCH")
+    _below(c, x, 326, "Geburtsort/Place of birth/Lieu de naissance", p.place)
+    _below(c, x, 386, "Gültig bis/Date of expiry/Date d'expiration", _dotted(p.expiry))
+    c.text((720, 490), p.personal, "sans", 20, (40, 40, 40))
+    return _done(c, p, "de_front")
+
+
+def nl_front(p: NationalPerson, variant: int = 0) -> Rendered:
+    """Dutch identity card: labelled document number, Dutch/English months, the BSN (personal number)."""
+    c = _card((240, 238, 246), (200, 186, 222), variant + 2)
+    c.text((30, 16), "KONINKRIJK DER NEDERLANDEN", "sans_bold", 22, (40, 30, 90))
+    c.text((30, 46), "IDENTITEITSKAART · IDENTITY CARD", "sans", 17, (40, 30, 90))
+    _photo_box(c, (30, 90, 210, 330))
+    x = 240
+    _below(c, x, 86, "Naam/Surname", p.surname)
+    _below(c, x, 146, "Voornamen/Given names", " ".join(p.given_names))
+    _below(c, x, 206, "Geboortedatum/Date of birth", _dutch(p.birth))
+    _below(c, x + 330, 206, "Geslacht/Sex", "V" if p.sex == "F" else "M")
+    _below(c, x, 266, "Geboorteplaats/Place of birth", p.place)
+    _below(c, x, 326, "Documentnummer/Document no", p.number)
+    _below(c, x + 300, 326, "Geldig tot/Date of expiry", _dutch(p.expiry))
+    _below(c, x, 386, "Persoonsnummer/Personal no", p.personal)
+    return _done(c, p, "nl_front")
+
+
+def it_front(p: NationalPerson, variant: int = 0) -> Rendered:
+    """Carta d'identità elettronica: the number top right without a label, issue and expiry dates side by
+    side."""
+    c = _card((242, 246, 244), (186, 214, 204), variant + 3)
+    c.text((30, 16), "REPUBBLICA ITALIANA", "sans_bold", 22, (30, 70, 60))
+    c.text((30, 46), "CARTA DI IDENTITÀ / IDENTITY CARD", "sans", 17, (30, 70, 60))
+    c.text((650, 20), p.number, "sans_bold", 26, (170, 30, 30))
+    _photo_box(c, (30, 90, 210, 330))
+    x = 240
+    _below(c, x, 86, "COMUNE DI / MUNICIPALITY", p.place)
+    _below(c, x, 146, "COGNOME / SURNAME", p.surname)
+    _below(c, x, 206, "NOME / NAME", " ".join(p.given_names))
+    _below(c, x, 266, "LUOGO E DATA DI NASCITA / PLACE AND DATE OF BIRTH", f"{p.place} {_dotted(p.birth)}")
+    _below(c, x, 326, "SESSO / SEX", p.sex)
+    _below(c, x + 150, 326, "CITTADINANZA / NATIONALITY", "ITA")
+    _below(c, x, 386, "EMISSIONE / ISSUING", _dotted(p.issued))
+    _below(c, x + 250, 386, "SCADENZA / EXPIRY", _dotted(p.expiry))
+    return _done(c, p, "it_front")
+
+
+def es_front(p: NationalPerson, variant: int = 0) -> Rendered:
+    """DNI: surnames and name under their labels, the DNI number and the support number beside theirs (the
+    support number is the document number, the one the back's zone carries)."""
+    c = _card((246, 242, 234), (222, 204, 170), variant + 4)
+    c.text((30, 16), "REINO DE ESPAÑA", "sans_bold", 22, (120, 40, 30))
+    c.text((30, 46), "DOCUMENTO NACIONAL DE IDENTIDAD", "sans", 17, (120, 40, 30))
+    _beside(c, 520, 84, "DNI NUM", p.personal)
+    _photo_box(c, (30, 90, 210, 330))
+    x = 240
+    _below(c, x, 130, "APELLIDOS", p.surname)
+    _below(c, x, 190, "NOMBRE", " ".join(p.given_names))
+    _below(c, x, 250, "SEXO", p.sex)
+    _below(c, x + 100, 250, "NACIONALIDAD", "ESP")
+    _below(c, x + 280, 250, "FECHA DE NACIMIENTO", _spaced(p.birth))
+    _beside(c, x, 320, "NUM SOPORT", p.number)
+    _below(c, x, 370, "VÁLIDO HASTA", _spaced(p.expiry))
+    return _done(c, p, "es_front")
+
+
+# kind -> (issuer, renderer)
+NATIONAL_FRONTS = {"fr_front": ("FRA", fr_front_2021), "de_front": ("DEU", de_front), "nl_front": ("NLD", nl_front),
+                   "it_front": ("ITA", it_front), "es_front": ("ESP", es_front)}
+
+
+def render_national(kind: str, rng: random.Random, variant: int = 0) -> tuple[Rendered, NationalPerson]:
+    """A random card front of `kind` (one of `NATIONAL_FRONTS`) and its holder."""
+    state, render = NATIONAL_FRONTS[kind]
+    person = random_national_person(rng, state)
+    return render(person, variant), person

@@ -1,0 +1,31 @@
+"""Card fronts whose zone is on the back (`synth.render_national`), read end to end by the real OCR models:
+the French card of 2021 and the German Personalausweis give the name (surname and given names) and the expiry
+date, and the number in the issuer's shape or none, below the auto-accept threshold (no check vouches for them)."""
+
+from __future__ import annotations
+
+import random
+from datetime import date
+
+import numpy as np
+import pytest
+
+from pipeline.backends.ocr import read_page
+from pipeline.evaluation import normalise
+from synth.render_national import render_national
+
+TODAY = date(2026, 12, 4)
+
+
+@pytest.mark.parametrize("kind", ["fr_front", "de_front"])
+def test_a_card_front_is_read_by_its_labels(kind: str) -> None:
+    rendered, _ = render_national(kind, random.Random(f"integration:{kind}"))
+    reading, _ = read_page(np.asarray(rendered.image.convert("RGB")), TODAY, try_flipped=False)
+    assert (reading.format, reading.doc_type) == ("national_front", "id_card")
+    assert normalise("name", reading.fields["name"]) == normalise("name", rendered.name)
+    assert reading.fields["expiry_date"] == rendered.expiry_date
+    # a number OCR misreads (a 0 read as O) loses the issuer's shape: unreadable, never another number
+    assert reading.fields["id_number"] in (rendered.id_number, None)
+    if reading.fields["id_number"] is None:
+        assert reading.states["id_number"].state == "unreadable"
+    assert all(state.confidence < 0.95 for state in reading.states.values())
