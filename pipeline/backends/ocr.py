@@ -12,7 +12,8 @@ specimens, and a page with no check to pass (a printed-zone-only document) would
 Why it may read the MRZ once more: when an MRZ left a field unreadable, failed a check digit or gave a name
 the printed zone does not confirm (or no MRZ decoded on a page that is not a PRC ID), `mrz_reread` cuts the
 zone out, straightens, upscales and re-contrasts it and re-recognises its lines; that costs up to two thirds of a
-first pass, so it runs only on those pages.
+first pass, so it runs only on those pages. A PRC ID's number that is unreadable or fails MOD 11-2 is re-read
+the same way from its own line (`cn_number_reread`), also turned 180° when the direction was unsure.
 Why a zone-only image is resized first: a cut-out MRZ touches the frame and its characters are often small;
 `zone_only` gives it the character height and margin the detector and recogniser read well (cost: one resize).
 """
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline import calibration
-from pipeline.backends import mrz_reread, page_read, rapidocr_stages, zone_only
+from pipeline.backends import cn_number_reread, mrz_reread, page_read, rapidocr_stages, zone_only
 from pipeline.backends.registry import OCR, ocr_model_id
 from pipeline.datamodel import Extraction, Failure, PreparedImage
 from pipeline.fields.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, read_document
@@ -93,6 +94,8 @@ def read_page(pixels: np.ndarray, today: date, *, try_flipped: bool = True) -> t
             pixels, lines, reading, rotation = flipped_pixels, flipped_lines, flipped, 180
     if needs_second_reading(reading):
         reading = second_reading(pixels, lines, reading, today)
+    if cn_number_reread.needed(reading):  # a PRC number unreadable or failing MOD 11-2: re-read its line
+        reading = cn_number_reread.second_reading(pixels, lines, reading, today, recognise_line, both_ways=try_flipped)
     return reading, rotation
 
 
