@@ -287,3 +287,74 @@ HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, Scope]] = {
     "mrz_strip": (mrz_strip, "jpeg", 80, "mrz"),
     "thumbnail": (thumbnail, "jpeg", 85, "one"),
 }
+
+
+# ------------------------------------------------------------------------------------ a zone in any direction
+
+
+def _page_colour(img: Image.Image) -> tuple[int, int, int]:
+    """The page's plain paper colour: the brightest common tone of its pixels (its background print)."""
+    a = np.asarray(img.convert("RGB")).reshape(-1, 3)
+    bright = a[a.sum(axis=1) >= np.percentile(a.sum(axis=1), 60)]
+    return tuple(int(v) for v in np.median(bright, axis=0))
+
+
+def zone_rot90(r: Rendered, rng: random.Random) -> Image.Image:
+    """A booklet page whose machine-readable zone runs at 90° to its printed text (`zone_beside`), turned either
+    way, scaled by 0.75-1.0."""
+    return zone_beside(r, rng.choice((90, 270)), rng.uniform(0.75, 1.0), rng.randint(10, 40))
+
+
+def zone_beside(r: Rendered, degrees: int, scale: float, gap: int) -> Image.Image:
+    """The page above the zone kept upright (so it, not the zone, sets the page's direction) and the zone's
+    band, turned `degrees` counter-clockwise and scaled by `scale`, standing `gap` px beside it on the same
+    paper, as on booklet pages printed across their zone."""
+    img = r.image.convert("RGB")
+    line_h = r.mrz_boxes[0][3] - r.mrz_boxes[0][1]
+    cut = max(0, r.mrz_boxes[0][1] - round(0.8 * line_h))
+    top = img.crop((0, 0, img.width, cut))
+    band = img.crop((0, cut, img.width, img.height)).rotate(degrees, expand=True)
+    scale = min(scale, (top.width + band.width) / band.height)  # landscape stays landscape
+    band = band.resize((round(band.width * scale), round(band.height * scale)), Image.Resampling.LANCZOS)
+    height = max(top.height, band.height)
+    out = Image.new("RGB", (top.width + gap + band.width, height), _page_colour(top))
+    out.paste(top, (0, 0))
+    out.paste(band, (top.width + gap, (height - band.height) // 2))
+    return out
+
+
+def crosshair(r: Rendered, rng: random.Random) -> Image.Image:
+    """A camera preview saved with its overlay: a guide frame drawn round the zone (its edges may run through the
+    first and last lines) and crosshair lines across the whole picture, one vertical through the zone's data and
+    one horizontal through the zone; 2-3 px strokes of one colour, thin enough that every character stays
+    readable to a person. Half the time the vertical line runs through a digit of the expiry date."""
+    img = r.image.convert("RGB").copy()
+    draw = ImageDraw.Draw(img)
+    x0, y0, x1, y1 = _mrz_band(r)
+    colour = rng.choice(((230, 40, 40), (40, 170, 60), (30, 90, 220), (20, 20, 20), (240, 200, 0)))
+    width = rng.randint(2, 3)
+    line_h = r.mrz_boxes[0][3] - r.mrz_boxes[0][1]
+    inset = rng.uniform(-0.6, 0.5) * line_h  # >0: the frame's edges cross the first and last lines
+    draw.rectangle((x0 - rng.randint(5, 30), y0 + inset, x1 + rng.randint(5, 30), y1 - inset), outline=colour,
+                   width=width)
+    cx = _through_expiry(r, rng) if rng.random() < 0.5 else rng.uniform(x0, x1)
+    cy = rng.uniform(y0 + 0.3 * (y1 - y0), y1 - 0.3 * (y1 - y0))
+    draw.line((cx, 0, cx, img.height), fill=colour, width=width)
+    draw.line((0, cy, img.width, cy), fill=colour, width=width)
+    return img
+
+
+def _through_expiry(r: Rendered, rng: random.Random) -> float:
+    """An x through one of the expiry date's six digits on the zone's second line (characters 9-14 of a TD1's,
+    22-27 of every other layout's)."""
+    left, _, right, _ = r.mrz_boxes[1]
+    line = r.mrz[1]
+    start = 8 if len(r.mrz) == 3 else 21
+    char_w = (right - left) / len(line)
+    return left + char_w * (start + rng.randrange(6) + rng.uniform(0.3, 0.7))
+
+
+# Opt-in: adding them to the default set would change every seed's default hard set.
+HARD_CONDITIONS["zone_rot90"] = (zone_rot90, "jpeg", 88, "mrz")
+HARD_CONDITIONS["crosshair"] = (crosshair, "jpeg", 88, "mrz")
+OPT_IN = OPT_IN | {"zone_rot90", "crosshair"}

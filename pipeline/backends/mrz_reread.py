@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import cv2
@@ -30,6 +30,7 @@ Recognise = Callable[[np.ndarray], tuple[str, float]]  # one BGR line image -> (
 _LONGEST_LINE = 44  # characters in a TD3 / MRV-A line
 ROW_HEIGHT = 64  # px: each line strip is warped to this height (the recogniser's input is 48 px high)
 _MARGIN = 0.35  # of a line height, above and below the text in a strip
+_TALL = 4.0  # a box this many times as tall as wide holds a line running down the page
 
 
 def is_mrz_like(text: str) -> bool:
@@ -249,10 +250,14 @@ def variants(rgb: np.ndarray) -> dict[str, np.ndarray]:
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """One way of re-reading the zone: an OCR line per row, in row order."""
+    """One way of re-reading the zone: an OCR line per row, in row order. `turn` is how often the page was
+    turned by 90° counter-clockwise (`np.rot90`) to read the zone upright (0, 1 or 3); a turned zone's boxes are
+    in the turned page's coordinates, and `region` is its bounding box (left, top, right, bottom) in the page's."""
 
     name: str
     lines: list[OcrLine]
+    turn: int = 0
+    region: tuple[float, float, float, float] | None = None
 
 
 def _refined(pixels: np.ndarray, found: list[Row], max_growth: float) -> list[Row]:
@@ -272,17 +277,24 @@ def reread(pixels: np.ndarray, first_pass: Sequence[OcrLine], recognise: Recogni
     variants (the text most variants agree on, ties broken by score). Empty when no MRZ-like box exists."""
     from_boxes = locate_rows(first_pass)
     rows = _refined(pixels, from_boxes, 1.4) if from_boxes else _refined(pixels, locate_rows_by_shape(pixels), 2.5)
+    return list(_read_rows(pixels, rows, recognise))
+
+
+def _read_rows(pixels: np.ndarray, rows: list[Row], recognise: Recognise) -> Iterator[Reading]:
+    """One reading per contrast variant, each as soon as its rows are recognised, then the per-row vote: a
+    caller that has what it needs stops recognising."""
     if not rows:
-        return []
-    per_variant: dict[str, list[OcrLine]] = {}
+        return
+    strips = [variants(strip(pixels, row)) for row in rows]
     per_row: list[list[tuple[str, float]]] = [[] for _ in rows]
-    for i, row in enumerate(rows):
-        for name, img in variants(strip(pixels, row)).items():
-            text, score = recognise(img)
-            per_variant.setdefault(name, []).append(OcrLine(text, score, row.box))
+    for name in strips[0]:
+        found = []
+        for i, row in enumerate(rows):
+            text, score = recognise(strips[i][name])
             if text:
+                found.append(OcrLine(text, score, row.box))
                 per_row[i].append((text, score))
-    readings = [Reading(name, [x for x in found if x.text]) for name, found in per_variant.items()]
+        yield Reading(name, found)
     voted = []
     for row, texts in zip(rows, per_row):
         if not texts:
@@ -290,8 +302,75 @@ def reread(pixels: np.ndarray, first_pass: Sequence[OcrLine], recognise: Recogni
         counts = Counter(t for t, _ in texts)
         text, score = max(texts, key=lambda ts: (counts[ts[0]], ts[1]))
         voted.append(OcrLine(text, score * counts[text] / len(texts), row.box))
-    readings.append(Reading("vote", voted))
-    return readings
+    yield Reading("vote", voted)
+
+
+# ------------------------------------------------------------------------------------ a zone at 90° to the page
+
+
+def reread_turned(pixels: np.ndarray, recognise: Recognise) -> Iterator[Reading]:
+    """Readings of a zone that runs at 90° to the page's text (a booklet page printed across its zone: the
+    printed text sets the page's direction, so the prepare stage leaves the zone vertical).
+
+    The page is turned 90° both ways and the zone-shaped band searched on each (`locate_rows_by_shape`: long,
+    thin, evenly dense runs of characters; the page's own text, vertical once turned, is not such a run). The
+    longest such row is recognised once per turn (the two turns hold the same rows upside down to each other):
+    only a turn where it reads as zone text is read further, the surer one if both do, like an upright zone.
+    Empty when neither does (a page's edges and rules turned can look zone-shaped; they never read as zone
+    text), so a page without a turned zone costs two shape searches and at most two recognitions. The
+    decoder's check digits, not this choice, decide whether anything read here is kept. Lazy, variant by
+    variant (`_read_rows`): each costs a recognition per row."""
+    found = []
+    for turn in (1, 3):
+        turned = np.ascontiguousarray(np.rot90(pixels, turn))
+        rows = _refined(turned, locate_rows_by_shape(turned), 2.5)
+        if rows:
+            text, score = recognise(variants(strip(turned, max(rows, key=lambda r: r.half_width)))["clahe"])
+            if is_mrz_like(text):
+                found.append((score, turn, turned, rows))
+    if not found:
+        return iter(())
+    _, turn, turned, rows = max(found, key=lambda f: f[0])
+    region = _page_region(rows, turn, pixels.shape[:2])
+    return (Reading(r.name, r.lines, turn, region) for r in _read_rows(turned, rows, recognise))
+
+
+def sideways(first_pass: Sequence[OcrLine]) -> bool:
+    """Whether the first pass read the zone's lines sideways: zone-like boxes, every one at least four times
+    as tall as wide (the recogniser turns such crops upright and may read a zone at 90° to the page; its
+    lines then stand side by side, where no zone format's layout looks for them)."""
+    boxes = [x for x in first_pass if is_mrz_like(x.text)]
+    return bool(boxes) and all(x.bottom - x.top >= _TALL * (x.right - x.left) for x in boxes)
+
+
+def _page_region(rows: list[Row], turn: int, shape: tuple[int, ...]) -> tuple[float, float, float, float]:
+    """The bounding box, in the page's coordinates, of rows found on the page turned `turn` times by 90° counter-
+    clockwise (`np.rot90(page, turn)`, turn 1 or 3)."""
+    height, width = shape[:2]
+    points = [(width - 1 - y, x) if turn == 1 else (y, height - 1 - x) for row in rows for x, y in row.box]
+    xs, ys = zip(*points)
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def page_lines(first_pass: Sequence[OcrLine], reading: Reading) -> list[OcrLine]:
+    """The page's lines with a re-read zone in place of what the first pass read of it (`replace_mrz`). A zone
+    read turned replaces every first-pass box inside its region (its lines read sideways), and its lines are
+    laid out below the page's other text, in their own order and spacing, where the layout rules of every
+    zone format expect a zone: their positions in the turned page mean nothing to the upright one."""
+    if not reading.turn or reading.region is None:
+        return replace_mrz(first_pass, reading.lines)
+    left, top, right, bottom = reading.region
+    kept = [x for x in first_pass
+            if not (left <= (x.left + x.right) / 2 <= right and top <= x.middle <= bottom)]
+    if not reading.lines:
+        return kept
+    zone_left = min(x.left for x in reading.lines)
+    zone_top = min(x.top for x in reading.lines)
+    below = max((x.bottom for x in kept), default=0.0) + max(x.height for x in reading.lines)
+    page_left = min((x.left for x in kept), default=0.0)
+    moved = [OcrLine(x.text, x.score, tuple((px - zone_left + page_left, py - zone_top + below) for px, py in x.box),
+                     x.char_scores) for x in reading.lines]
+    return kept + moved
 
 
 def replace_mrz(first_pass: Sequence[OcrLine], mrz_lines: Sequence[OcrLine]) -> list[OcrLine]:

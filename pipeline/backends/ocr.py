@@ -108,8 +108,7 @@ def needs_second_reading(reading: DocumentReading) -> bool:
     or gave a name the printed zone does not confirm."""
     if not FORMATS.get(reading.format).may_carry_mrz:
         return False
-    decoded = any(c.startswith("mrz.") for c in reading.checks + reading.check_failures)
-    if not decoded:
+    if not _zone_decoded(reading):
         return True
     unreadable = any(reading.states[k].state == "unreadable" for k in _MRZ_FIELDS if k in reading.states)
     # the name line has no check digit: a name the printed zone does not confirm is worth a second look
@@ -121,18 +120,42 @@ def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentRead
     """The best of the first reading and the MRZ re-readings. A re-reading replaces the first one only with
     more evidence (more passed-minus-failed checks, or as many and more fields read) and never with fewer
     fields read; among such re-readings the score that also ranks orientations decides. A re-reading that
-    merely scores higher on recognition confidence does not displace what the first pass read."""
+    merely scores higher on recognition confidence does not displace what the first pass read.
+
+    The zone is re-read where the page has it. A zone running at 90° to the page's text
+    (`mrz_reread.reread_turned`) is looked for only when the first pass read its zone boxes sideways
+    (`mrz_reread.sideways`), or when neither the first reading nor any upright re-reading decoded a zone; it
+    stops at the first variant whose zone passes every check, as each costs a recognition per line."""
     def evidence(r: DocumentReading) -> tuple[int, int]:
         return len(r.checks) - len(r.check_failures), _present(r)
 
     best = first
-    for alternative in mrz_reread.reread(pixels, lines, recognise_line):
-        candidate = read_document(mrz_reread.replace_mrz(lines, alternative.lines), today)
+    sideways = mrz_reread.sideways(lines)
+    decoded = _zone_decoded(first) and not sideways
+    if not sideways:
+        for alternative in mrz_reread.reread(pixels, lines, recognise_line):
+            candidate = read_document(mrz_reread.page_lines(lines, alternative), today)
+            decoded = decoded or _zone_decoded(candidate)
+            if _present(candidate) < _present(first) or evidence(candidate) <= evidence(first):
+                continue
+            if (evidence(candidate), candidate.score) > (evidence(best), best.score):
+                best = candidate
+    if decoded:
+        return best
+    for alternative in mrz_reread.reread_turned(pixels, recognise_line):
+        candidate = read_document(mrz_reread.page_lines(lines, alternative), today)
         if _present(candidate) < _present(first) or evidence(candidate) <= evidence(first):
             continue
         if (evidence(candidate), candidate.score) > (evidence(best), best.score):
             best = candidate
+        if page_read.zone_checked(best):
+            break
     return best
+
+
+def _zone_decoded(reading: DocumentReading) -> bool:
+    """Whether a machine-readable zone decoded at all (its checks ran, passed or not)."""
+    return any(c.startswith("mrz.") for c in reading.checks + reading.check_failures)
 
 
 def _present(reading: DocumentReading) -> int:
