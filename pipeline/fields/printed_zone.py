@@ -60,7 +60,7 @@ def _rn_readings(text: str) -> set[str]:
     return {text, text.replace("m", "rn")} | {text[:i] + "rn" + text[i + 1:] for i in spots}
 
 
-def _value_below(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
+def value_below(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
     """The nearest box under a label that starts in the label's column (printed zones put values there); never
     zone text (a printed value has no `<`): on a page whose last label sits just above the MRZ, the zone's first
     line is not that label's value."""
@@ -84,7 +84,7 @@ def read_printed(lines: Sequence[OcrLine]) -> Printed:
         kind = label_kind(line.text)
         if kind is None or kind in printed.values:
             continue
-        value = _value_below(line, lines)
+        value = value_below(line, lines)
         if value is None:
             continue
         if kind == "personal":
