@@ -14,6 +14,8 @@ the printed zone does not confirm (or no MRZ decoded on a page that is not a PRC
 zone out, straightens, upscales and re-contrasts it and re-recognises its lines; that costs up to two thirds of a
 first pass, so it runs only on those pages. A PRC ID's number that is unreadable or fails MOD 11-2 is re-read
 the same way from its own line (`cn_number_reread`), also turned 180° when the direction was unsure.
+Why it may read the printed name once more: on a dark or small page whose name is unreadable or unconfirmed,
+`name_reread` re-recognises only the printed name lines, upscaled and re-contrasted (a few line recognitions).
 Why a zone-only image is resized first: a cut-out MRZ touches the frame and its characters are often small;
 `zone_only` gives it the character height and margin the detector and recogniser read well (cost: one resize).
 """
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline import calibration
-from pipeline.backends import cn_number_reread, mrz_reread, page_read, rapidocr_stages, zone_only
+from pipeline.backends import cn_number_reread, mrz_reread, name_reread, page_read, rapidocr_stages, zone_only
 from pipeline.backends.registry import OCR, ocr_model_id
 from pipeline.datamodel import Extraction, Failure, PreparedImage
 from pipeline.fields.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, read_document
@@ -73,12 +75,15 @@ def ocr_lines(pixels: np.ndarray) -> list[OcrLine]:
     return rapidocr_stages.read_all(np.ascontiguousarray(pixels[:, :, ::-1]))  # RapidOCR expects OpenCV's BGR
 
 
-def read_page(pixels: np.ndarray, today: date, *, try_flipped: bool = True) -> tuple[DocumentReading, int]:
+def read_page(pixels: np.ndarray, today: date, *, try_flipped: bool = True,
+              capture_long_edge: int | None = None) -> tuple[DocumentReading, int]:
     """Read a page; if nothing on it checks out and `try_flipped` (the prepare stage was not sure of the
     page's direction), also read it rotated 180° and keep the better reading.
 
     An image that is nothing but a machine-readable zone is first scaled to a fixed character height and given
     a margin (`zone_only`).
+
+    `capture_long_edge`: the image's long edge as captured (a small capture is enlarged before it is read).
 
     Returns the reading and the extra rotation (0 or 180) that produced it.
     """
@@ -93,9 +98,13 @@ def read_page(pixels: np.ndarray, today: date, *, try_flipped: bool = True) -> t
         if flipped.score > reading.score:
             pixels, lines, reading, rotation = flipped_pixels, flipped_lines, flipped, 180
     if needs_second_reading(reading):
-        reading = second_reading(pixels, lines, reading, today)
+        reading, lines = second_reading(pixels, lines, reading, today)
     if cn_number_reread.needed(reading):  # a PRC number unreadable or failing MOD 11-2: re-read its line
         reading = cn_number_reread.second_reading(pixels, lines, reading, today, recognise_line, both_ways=try_flipped)
+    # the printed name lines once more, upscaled and re-contrasted: only on dark or small pages whose name is
+    # unreadable or unconfirmed (`name_reread`)
+    if name_reread.needs_reread(reading) and name_reread.poor_capture(pixels, capture_long_edge):
+        reading = name_reread.reread_name(pixels, lines, reading, today, recognise_line)
     return reading, rotation
 
 
@@ -116,11 +125,13 @@ def needs_second_reading(reading: DocumentReading) -> bool:
     return unreadable or unconfirmed or any(c.startswith(("mrz.", "repair.mrz")) for c in reading.check_failures)
 
 
-def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentReading, today: date) -> DocumentReading:
+def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentReading,
+                   today: date) -> tuple[DocumentReading, list[OcrLine]]:
     """The best of the first reading and the MRZ re-readings. A re-reading replaces the first one only with
     more evidence (more passed-minus-failed checks, or as many and more fields read) and never with fewer
     fields read; among such re-readings the score that also ranks orientations decides. A re-reading that
-    merely scores higher on recognition confidence does not displace what the first pass read.
+    merely scores higher on recognition confidence does not displace what the first pass read. Returns the
+    reading and the lines it was read from (the zone's lines replaced by the re-read ones).
 
     The zone is re-read where the page has it. A zone running at 90° to the page's text
     (`mrz_reread.reread_turned`) is looked for only when the first pass read its zone boxes sideways
@@ -129,28 +140,29 @@ def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentRead
     def evidence(r: DocumentReading) -> tuple[int, int]:
         return len(r.checks) - len(r.check_failures), _present(r)
 
-    best = first
+    best, best_lines = first, lines
+
+    def consider(alternative: mrz_reread.Reading) -> DocumentReading:
+        nonlocal best, best_lines
+        candidate_lines = mrz_reread.page_lines(lines, alternative)
+        candidate = read_document(candidate_lines, today)
+        if _present(candidate) >= _present(first) and evidence(candidate) > evidence(first) \
+                and (evidence(candidate), candidate.score) > (evidence(best), best.score):
+            best, best_lines = candidate, candidate_lines
+        return candidate
+
     sideways = mrz_reread.sideways(lines)
     decoded = _zone_decoded(first) and not sideways
     if not sideways:
         for alternative in mrz_reread.reread(pixels, lines, recognise_line):
-            candidate = read_document(mrz_reread.page_lines(lines, alternative), today)
-            decoded = decoded or _zone_decoded(candidate)
-            if _present(candidate) < _present(first) or evidence(candidate) <= evidence(first):
-                continue
-            if (evidence(candidate), candidate.score) > (evidence(best), best.score):
-                best = candidate
+            decoded = _zone_decoded(consider(alternative)) or decoded
     if decoded:
-        return best
+        return best, best_lines
     for alternative in mrz_reread.reread_turned(pixels, recognise_line):
-        candidate = read_document(mrz_reread.page_lines(lines, alternative), today)
-        if _present(candidate) < _present(first) or evidence(candidate) <= evidence(first):
-            continue
-        if (evidence(candidate), candidate.score) > (evidence(best), best.score):
-            best = candidate
+        consider(alternative)
         if page_read.zone_checked(best):
             break
-    return best
+    return best, best_lines
 
 
 def _zone_decoded(reading: DocumentReading) -> bool:
@@ -196,7 +208,8 @@ class OcrBackend:
         started = time.perf_counter()
         pixels = prepared.full_pixels if prepared.full_pixels is not None else prepared.pixels
         try_flipped = prepared.orientation_confidence < SURE_DIRECTION
-        reading, extra_rotation = read_page(pixels, self._today, try_flipped=try_flipped)
+        reading, extra_rotation = read_page(pixels, self._today, try_flipped=try_flipped,
+                                            capture_long_edge=max(prepared.original_size))
         fields = {"doc_type": reading.doc_type, **reading.fields, "orientation": prepared.orientation}
         extraction = Extraction(
             ref=prepared.ref,

@@ -65,7 +65,7 @@ def _rn_readings(text: str) -> set[str]:
     return {text, text.replace("m", "rn")} | {text[:i] + "rn" + text[i + 1:] for i in spots}
 
 
-def _value_below(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
+def value_below(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
     """The nearest box under a label that starts in the label's column (printed zones put values there); never
     zone text (a printed value has no `<`): on a page whose last label sits just above the MRZ, the zone's first
     line is not that label's value. When the nearest box there is the label of another field, the label has no
@@ -92,7 +92,7 @@ def _value_right(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
 
 def value_of(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
     """A label's value box by layout: under the label (most card layouts), else beside it on its right."""
-    return _value_below(label, lines) or _value_right(label, lines)
+    return value_below(label, lines) or _value_right(label, lines)
 
 
 @dataclass(slots=True)
