@@ -147,3 +147,13 @@ def test_the_validity_span_and_long_term_are_their_own_evidence_classes() -> Non
     assert evidence_class("expiry_date", "cn_id", odd.checks, []) == "expiry_date/cn.validity"
     life = read_document(page(*BACK[:3], ("有效期限", "2010.12.12-长期")), TODAY)
     assert evidence_class("expiry_date", "cn_id", life.checks, []) == "expiry_date/cn.validity_long_term"
+
+
+def test_letters_of_a_printed_number_never_confirm_a_zone_name() -> None:
+    """A zone name that lost letters ("L" for ERIKSSON) is not confirmed by the "L" and "C" that folding the
+    printed passport number L898902C3 would leave: only tokens without digits are name words."""
+    td3 = ["P<UTOL<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10"]
+    r = read_document(page("PASSPORT", "Passport No.", "L898902C3", "Given names", "ANNA MARIA", *td3),
+                      date(2011, 1, 1))
+    assert "cross.name_mrz_vs_viz" not in r.checks
+    assert evidence_class("name", r.doc_type, r.checks, r.check_failures) != "name/mrz.name_vs_printed_passed"

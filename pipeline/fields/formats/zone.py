@@ -165,7 +165,7 @@ def _read_name(zone: ZoneFields, page: Page, ev: _Evidence) -> None:
     if zone.name_debris:
         b.failures.append(NAME_FILLERS_CHECK)
     if zone.name and looks_like_name(zone.name):
-        words = {w for x in ev.printed_boxes for w in fold(x.text).split()}
+        words = _printed_name_words(ev.printed_boxes)
         name = _as_printed(zone.name, words, zone.name_debris)
         fuller = _printed_extension(name, viz_name[0]) if viz_name is not None else None
         agrees = set(name.split()) <= words
@@ -266,6 +266,14 @@ def _printed_extension(zone_name: str, printed_name: str) -> str | None:
     if all(z == p or _one_letter_lost(z, p) for z, p in zip(zone_words, printed_words)):
         return " ".join(printed_name.split())
     return None
+
+
+def _printed_name_words(printed_boxes: Sequence[OcrLine]) -> set[str]:
+    """The words printed outside the zone that can confirm a zone name's words: the letters of each token
+    without digits. A token with digits is a number or a date ("E78176884", "12JAN1990"), whose letters are no
+    name: folded, they would leave single letters ("E") that confirm a zone name missing its other letters."""
+    return {w for x in printed_boxes for token in x.text.split() if not any(c.isdigit() for c in token)
+            for w in fold(token).split()}
 
 
 def _printed_beyond(zone_name: str, printed_boxes: Sequence[OcrLine]) -> bool:
