@@ -266,29 +266,6 @@ def zone_name(mrz: tuple[str, ...]) -> str:
 # no longer be what is on the picture).
 Scope = Literal["any", "mrz", "one"]
 
-# Conditions a hard set holds only when `--conditions` names them: every other one is in the default set, whose
-# contents per seed do not change when an opt-in condition is added.
-OPT_IN = frozenset({"thumbnail"})
-
-# name -> (condition, container, quality, scope)
-HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, Scope]] = {
-    "watermark": (watermark, "jpeg", 88, "any"),
-    "glare": (glare, "jpeg", 85, "mrz"),
-    "hologram": (hologram, "jpeg", 85, "mrz"),
-    "dark_phone": (dark_phone, "jpeg", 80, "any"),
-    "phone512": (phone512, "jpeg", 85, "one"),
-    "motion_blur": (motion_blur, "jpeg", 88, "any"),
-    "jpeg15": (jpeg15, "jpeg", 15, "any"),
-    "moire": (moire, "jpeg", 85, "any"),
-    "occlusion": (occlusion, "jpeg", 88, "mrz"),
-    "hard_rot90": (rotated(90), "jpeg", 85, "any"),
-    "hard_rot180": (rotated(180), "jpeg", 85, "any"),
-    "hard_rot270": (rotated(270), "jpeg", 85, "any"),
-    "mrz_strip": (mrz_strip, "jpeg", 80, "mrz"),
-    "thumbnail": (thumbnail, "jpeg", 85, "one"),
-}
-
-
 # ------------------------------------------------------------------------------------ a zone in any direction
 
 
@@ -354,7 +331,26 @@ def _through_expiry(r: Rendered, rng: random.Random) -> float:
     return left + char_w * (start + rng.randrange(6) + rng.uniform(0.3, 0.7))
 
 
-# Opt-in: adding them to the default set would change every seed's default hard set.
-HARD_CONDITIONS["zone_rot90"] = (zone_rot90, "jpeg", 88, "mrz")
-HARD_CONDITIONS["crosshair"] = (crosshair, "jpeg", 88, "mrz")
-OPT_IN = OPT_IN | {"zone_rot90", "crosshair"}
+# Conditions a hard set holds only when `--conditions` names them: every other one is in the default set, whose
+# contents per seed do not change when an opt-in condition is added.
+OPT_IN = frozenset({"thumbnail", "zone_rot90", "crosshair"})
+
+# name -> (condition, container, quality, scope)
+HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, Scope]] = {
+    "watermark": (watermark, "jpeg", 88, "any"),
+    "glare": (glare, "jpeg", 85, "mrz"),
+    "hologram": (hologram, "jpeg", 85, "mrz"),
+    "dark_phone": (dark_phone, "jpeg", 80, "any"),
+    "phone512": (phone512, "jpeg", 85, "one"),
+    "motion_blur": (motion_blur, "jpeg", 88, "any"),
+    "jpeg15": (jpeg15, "jpeg", 15, "any"),
+    "moire": (moire, "jpeg", 85, "any"),
+    "occlusion": (occlusion, "jpeg", 88, "mrz"),
+    "hard_rot90": (rotated(90), "jpeg", 85, "any"),
+    "hard_rot180": (rotated(180), "jpeg", 85, "any"),
+    "hard_rot270": (rotated(270), "jpeg", 85, "any"),
+    "mrz_strip": (mrz_strip, "jpeg", 80, "mrz"),
+    "thumbnail": (thumbnail, "jpeg", 85, "one"),
+    "zone_rot90": (zone_rot90, "jpeg", 88, "mrz"),
+    "crosshair": (crosshair, "jpeg", 88, "mrz"),
+}

@@ -91,5 +91,9 @@ def test_an_opt_in_condition_is_only_in_a_set_that_names_it(tmp_path):
 
     default = build_hard(tmp_path / "d", count=30, seed=3)
     assert not H.OPT_IN & {row["condition"] for row in default}
-    named = build_hard(tmp_path / "n", count=4, seed=3, conditions=sorted(H.OPT_IN))
+    # one whole block of the plan (every named condition with every kind its scope allows) holds each of them
+    from synth.sample_set import _SCOPE_KINDS
+
+    block = sum(len(_SCOPE_KINDS[H.HARD_CONDITIONS[c][3]]) for c in H.OPT_IN)
+    named = build_hard(tmp_path / "n", count=block, seed=3, conditions=sorted(H.OPT_IN))
     assert {row["condition"] for row in named} == set(H.OPT_IN)
