@@ -45,9 +45,9 @@ def _first_pass(pixels):  # noqa: ANN001, ANN202
     return first
 
 
-def test_a_thumbnail_passport_whose_printed_name_the_first_pass_misreads_is_confirmed_by_the_reread(tmp_path):
-    truth = R.passport_td3(random_mrz_person(random.Random(110), "passport"))
-    prepared = _written(tmp_path, truth, "thumbnail", random.Random(110))
+def _confirmed_by_the_reread(prepared, truth) -> None:  # noqa: ANN001
+    """The first pass (and the MRZ second reading) alone decode the zone but do not confirm its name; the whole
+    backend, re-read included, gives the same check a first-pass confirmation gives, and the right name."""
     pixels = prepared.full_pixels if prepared.full_pixels is not None else prepared.pixels
     first = _first_pass(pixels)
     assert "mrz.number" in first.checks
@@ -57,21 +57,15 @@ def test_a_thumbnail_passport_whose_printed_name_the_first_pass_misreads_is_conf
     assert "cross.name_mrz_vs_viz" in extraction.checks
     assert extraction.fields["name"] == truth.name
     assert extraction.fields["id_number"] == truth.id_number
+
+
+def test_a_thumbnail_passport_whose_printed_name_the_first_pass_misreads_is_confirmed_by_the_reread(tmp_path):
+    truth = R.passport_td3(random_mrz_person(random.Random(110), "passport"))
+    _confirmed_by_the_reread(_written(tmp_path, truth, "thumbnail", random.Random(110)), truth)
 
 
 def test_a_thumbnail_td2_card_whose_printed_name_the_first_pass_misreads_is_confirmed_by_the_reread(tmp_path):
-    prepared, truth = _prepared(tmp_path, 102, 30, "td2", "thumbnail")
-    pixels = prepared.full_pixels if prepared.full_pixels is not None else prepared.pixels
-    # the first pass (and the MRZ second reading) alone: the zone is decoded, its name not confirmed
-    first = _first_pass(pixels)
-    assert "mrz.number" in first.checks
-    assert "cross.name_mrz_vs_viz" not in first.checks
-    assert name_reread.needs_reread(first) and name_reread.poor_capture(pixels, max(prepared.original_size))
-    # the whole backend, re-read included: the same check a first-pass confirmation gives, and the right name
-    extraction = ocr.OcrBackend(today=TODAY).read(prepared)
-    assert "cross.name_mrz_vs_viz" in extraction.checks
-    assert extraction.fields["name"] == truth.name
-    assert extraction.fields["id_number"] == truth.id_number
+    _confirmed_by_the_reread(*_prepared(tmp_path, 102, 30, "td2", "thumbnail"))
 
 
 def test_a_large_well_lit_page_is_never_re_read(tmp_path):
