@@ -104,13 +104,38 @@ class Printed:
     personal: set[str] = field(default_factory=set)  # values of personal-number labels (not doc numbers)
 
 
+# What a value must look like to be taken from its label's box: a number of 6+ letters and digits with at least
+# 3 digits, a date with day, month and year; a field number ("4b") or a stray digit is neither.
+_INLINE_SHAPE = {
+    "number": re.compile(r"(?=(?:[A-Z]*\d){3})[0-9A-Z]{6,}"),
+    "expiry": re.compile(r"\d{1,2}\s*[./ -]\s*(?:\d{1,2}|[A-Za-z]{3,})\s*[./ -]\s*\d{2,4}"),
+}
+
+
+def inline_value(kind: str, label: OcrLine) -> OcrLine | None:
+    """The value a label box carries after its own label words, for a number or an expiry date (layouts that
+    print the value beside its label, which OCR then reads as one box: `NUM SOPORT BAA000589`): the words
+    after the longest run of leading words that is this label, when they have the shape of its value
+    (`_INLINE_SHAPE`). None otherwise; a name is never taken this way (a name's words cannot be told from a
+    label's)."""
+    if kind not in ("number", "expiry"):
+        return None
+    starts = [m.start() for m in re.finditer(r"\S+", label.text)]
+    for start in reversed(starts[1:]):  # the longest label first: "Document No" before "Document"
+        rest = label.text[start:]
+        if _INLINE_SHAPE[kind].search(rest) and label_kind(label.text[:start]) == kind:
+            scores = label.char_scores[start:] if len(label.char_scores) == len(label.text) else ()
+            return OcrLine(rest, sum(scores) / len(scores) if scores else label.score, label.box, scores)
+    return None
+
+
 def read_printed(lines: Sequence[OcrLine]) -> Printed:
     printed = Printed()
     for line in lines:
         kind = label_kind(line.text)
         if kind is None or kind in printed.values:
             continue
-        value = value_of(line, lines)
+        value = inline_value(kind, line) or value_of(line, lines)
         if value is None:
             continue
         if kind == "personal":

@@ -110,6 +110,25 @@ def test_a_value_beside_its_label_is_taken_and_a_later_fields_value_under_it_is_
     assert printed.values["expiry"][0] == "01 01 2031"
 
 
+def test_a_value_read_in_one_box_with_its_label_is_split_from_it() -> None:
+    # OCR reads a value printed close beside its label as one box: "NUM SOPORT BAA000589"
+    lines = [x for x in es_front() if x.text not in ("NUM SOPORT", "BAA000589", "VÁLIDO HASTA", "01 01 2031")]
+    lines += [box("NUM SOPORT BAA000589", 240, 320), box("VÁLIDO HASTA 01 01 2031", 240, 370)]
+    reading = read_document(lines, TODAY)
+    assert reading.format == "national_front"
+    assert (reading.fields["id_number"], reading.fields["expiry_date"]) == ("BAA000589", "2031-01-01")
+    # the longest label is cut off, not the shortest ("Document No", not "Document")
+    assert read_printed([box("Document No L898902C3", 10, 10)]).values["number"][0] == "L898902C3"
+
+
+def test_a_field_number_or_a_stray_digit_in_a_label_box_is_no_value() -> None:
+    # "(4b)" is the field's number on a licence, "12" no number: the value is still looked for by layout
+    printed = read_printed([*below("Date of expiry (4b)", "01.02.2030", 10, 10), *below("Passport No. 12", "X1234567", 10, 80)])
+    assert printed.values["expiry"][0] == "01.02.2030" and printed.values["number"][0] == "X1234567"
+    # and a label without any such tail keeps its value under it
+    assert read_printed(below("Document No", "L898902C3", 10, 10)).values["number"][0] == "L898902C3"
+
+
 def test_half_a_name_is_no_name() -> None:
     lines = [x for x in fr_2021() if x.text != "Maëlys-Gaëlle, Marie"]
     reading = read_document(lines, TODAY)
