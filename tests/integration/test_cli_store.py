@@ -153,12 +153,13 @@ def test_odd_names_through_runs_show_and_retry(prefect_api, serve, sample_dir: P
     assert sorted(source_file_name(r) for r in queue) == names  # exact names back from Parquet
     assert {r["attempts"] for r in queue} == {3}
 
-    shown = CliRunner().invoke(app, ["show", str(out)], env={"COLUMNS": "1000"})
-    assert shown.exit_code == 0, shown.output
-    assert f"failure queue ({len(ODD_NAMES)} documents" in shown.output
-    rows = [line for line in shown.output.splitlines() if line.startswith("│") and "server_error" in line]
+    # `idflow show` in a process of its own: the console's width is its environment's (COLUMNS=1000), not what
+    # an earlier test left in this process's console
+    shown, _ = _idflow("show", str(out), env=env, stdout=subprocess.PIPE).communicate(timeout=300)
+    assert f"failure queue ({len(ODD_NAMES)} documents" in shown, shown
+    rows = [line for line in shown.splitlines() if line.startswith("│") and "server_error" in line]
     assert len(rows) == len(ODD_NAMES) and all("│ 3 " in line for line in rows)
-    assert "caf\\xe9-latin1.jpg" in shown.output and "[bold]markup.jpg" in shown.output
+    assert "caf\\xe9-latin1.jpg" in shown and "[bold]markup.jpg" in shown
 
     server.config.default_fault = "ok"
     said, _ = _idflow("retry", str(out), "--backend", "openai", "--max-attempts", "4", env=env,

@@ -2,7 +2,11 @@
 OUT on a full tmpfs and on a read-only bind mount, a base URL that is not a URL. Each test also checks that no
 document was lost or stored twice, and the concurrent runs that no Failed flow run was left in Prefect.
 
-The file-system tests mount (tmpfs, bind mounts), which needs root: the test says so when it cannot."""
+The file-system tests mount (tmpfs, bind mounts), which needs root: the test says so when it cannot.
+
+Runs whose subject is not Prefect's server use the session's (`prefect_api`): a local server started for each
+run costs 15-30 s and is tested in test_prefect_background.py. The concurrent runs keep a local server of their
+own, whose database shows the flow runs they left."""
 
 from __future__ import annotations
 
@@ -33,6 +37,11 @@ def _env(tmp: Path, chat: ChatServer, **extra: str) -> dict[str, str]:
                    TAOTOKEN_BASE_URL=chat.base_url, **extra)
 
 
+def _api_env(tmp: Path, api: str, chat: ChatServer | None = None, **extra: str) -> dict[str, str]:
+    """A run's environment on the session's Prefect API (no local server started)."""
+    return _env(tmp, chat, PREFECT_API_URL=api, **extra) if chat else run_env(tmp, PREFECT_API_URL=api, **extra)
+
+
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
@@ -48,9 +57,8 @@ def _once_each(out: Path, names: set[str]) -> None:
     assert not list(out.rglob(".part-*.tmp"))
 
 
-@pytest.mark.parametrize("runs", [2, 3])
-def test_concurrent_runs_on_one_output_refuse_in_one_line_and_leave_no_failed_flow_run(tmp_path: Path,
-                                                                                       runs: int) -> None:
+def test_concurrent_runs_on_one_output_refuse_in_one_line_and_leave_no_failed_flow_run(tmp_path: Path) -> None:
+    runs = 3  # one wins, two are refused (two refused at once is the case a lone loser would not show)
     scans = unique_scans(tmp_path / "in", 4)
     out = tmp_path / "out"
     answers = threading.Event()  # the winner's requests wait until every other run has been refused
@@ -123,7 +131,7 @@ def _fill(folder: Path, leave_bytes: int) -> Path:
 
 
 def test_a_full_disk_while_parts_are_written_is_one_line_and_a_rerun_after_freeing_space_completes(
-        tmp_path: Path) -> None:
+        tmp_path: Path, prefect_api: str) -> None:
     scans = unique_scans(tmp_path / "in", 24)
     disk = tmp_path / "disk"
     out = disk / "out"
@@ -131,7 +139,7 @@ def test_a_full_disk_while_parts_are_written_is_one_line_and_a_rerun_after_freei
             ChatServer(ServerConfig(api_key=KEY)) as chat:
         out.mkdir()
         filler = _fill(disk, 96 * 1024)  # room for a few parts of 2 documents, not for 24 documents
-        env = _env(tmp_path, chat, IDFLOW_FLUSH_EVERY="2")
+        env = _api_env(tmp_path, prefect_api, chat, IDFLOW_FLUSH_EVERY="2")
         first = idflow("run", str(scans), "--out", str(out), env=env, cwd=tmp_path, log=tmp_path / "full.log")
         code = first.wait(timeout=600)
         console = (tmp_path / "full.log").read_text(errors="replace")
@@ -151,16 +159,15 @@ def test_a_full_disk_while_parts_are_written_is_one_line_and_a_rerun_after_freei
         again = idflow("run", str(scans), "--out", str(out), env=env, cwd=tmp_path, log=tmp_path / "again.log")
         assert again.wait(timeout=600) == 0, (tmp_path / "again.log").read_text(errors="replace")
         _once_each(out, {p.name for p in scans.iterdir()})
-    no_server_left(tmp_path / "prefect-home")
 
 
-def test_a_read_only_output_is_one_line(tmp_path: Path) -> None:
+def test_a_read_only_output_is_one_line(tmp_path: Path, prefect_api: str) -> None:
     scans = unique_scans(tmp_path / "in", 2)
     source, out = tmp_path / "ro-source", tmp_path / "out"
     source.mkdir()
     with _mounted(["mount", "--bind", str(source), str(out)], ["mount", "-o", "remount,bind,ro", str(out)],
                   target=out), ChatServer(ServerConfig(api_key=KEY)) as chat:
-        proc = idflow("run", str(scans), "--out", str(out), env=_env(tmp_path, chat), cwd=tmp_path,
+        proc = idflow("run", str(scans), "--out", str(out), env=_api_env(tmp_path, prefect_api, chat), cwd=tmp_path,
                       log=tmp_path / "ro.log")
         code = proc.wait(timeout=600)
         requests = len(chat.chat_requests())
@@ -248,7 +255,7 @@ def _noisy_scans(folder: Path, count: int) -> Path:
 
 
 def test_a_full_disk_while_the_review_page_is_written_is_one_line_and_the_next_run_writes_the_page(
-        tmp_path: Path) -> None:
+        tmp_path: Path, prefect_api: str) -> None:
     scans = _noisy_scans(tmp_path / "in", 8)
     disk = tmp_path / "disk"
     out = disk / "out"
@@ -257,7 +264,7 @@ def test_a_full_disk_while_the_review_page_is_written_is_one_line_and_the_next_r
             ChatServer(ServerConfig(api_key=KEY)) as chat:
         out.mkdir()
         filler = _fill(disk, 256 * 1024)  # room for the parts, the summary and the lock; not for the page
-        env = _env(tmp_path, chat)
+        env = _api_env(tmp_path, prefect_api, chat)
         first = idflow("run", str(scans), "--out", str(out), env=env, cwd=tmp_path, log=tmp_path / "full.log")
         code = first.wait(timeout=600)
         console = (tmp_path / "full.log").read_text(errors="replace")
@@ -284,24 +291,23 @@ def test_a_full_disk_while_the_review_page_is_written_is_one_line_and_the_next_r
         assert page.count("data:image/jpeg;base64,") >= 8  # the first run's page, every result in it
         _once_each(out, {p.name for p in scans.iterdir()})  # nothing read again, nothing stored twice
         assert len(chat.chat_requests()) == asked  # the second run sent nothing
-    no_server_left(tmp_path / "prefect-home")
 
 
-def test_a_base_url_that_is_not_an_http_url_leaves_an_ocr_run_alone(tmp_path: Path) -> None:
+def test_a_base_url_that_is_not_an_http_url_leaves_an_ocr_run_alone(tmp_path: Path, prefect_api: str) -> None:
     """The OCR calls no endpoint: a mistyped TaoToken URL in the environment (or .env) does not stop it."""
     scans = unique_scans(tmp_path / "in", 2)
     out = tmp_path / "out"
-    env = run_env(tmp_path, IDFLOW_BACKEND="ocr", TAOTOKEN_BASE_URL="not a url", IDFLOW_OPENAI_BASE_URL="ftp//x")
+    env = _api_env(tmp_path, prefect_api, IDFLOW_BACKEND="ocr", TAOTOKEN_BASE_URL="not a url",
+                   IDFLOW_OPENAI_BASE_URL="ftp//x")
     proc = idflow("run", str(scans), "--out", str(out), env=env, cwd=tmp_path, log=tmp_path / "ocr.log")
     code = proc.wait(timeout=600)
     console = (tmp_path / "ocr.log").read_text(errors="replace")
     assert code == 0 and "Traceback" not in console and "configuration error" not in console, console
     assert "seen = results + failures + skipped: yes" in console
     _once_each(out, {p.name for p in scans.iterdir()})
-    no_server_left(tmp_path / "prefect-home")
 
 
-def test_a_temp_part_a_stopped_run_left_is_removed_by_the_next_run(tmp_path: Path) -> None:
+def test_a_temp_part_a_stopped_run_left_is_removed_by_the_next_run(tmp_path: Path, prefect_api: str) -> None:
     """A run killed between writing a part's temp file and renaming it (its lock is gone with it) leaves the temp
     file; the next `idflow run` on OUT removes it, however young, and stores every document once."""
     scans = unique_scans(tmp_path / "in", 2)
@@ -310,17 +316,16 @@ def test_a_temp_part_a_stopped_run_left_is_removed_by_the_next_run(tmp_path: Pat
     left.parent.mkdir(parents=True)
     left.write_bytes(b"PAR1 half a part")
     with ChatServer(ServerConfig(api_key=KEY)) as chat:
-        proc = idflow("run", str(scans), "--out", str(out), env=_env(tmp_path, chat), cwd=tmp_path,
-                      log=tmp_path / "next.log")
+        proc = idflow("run", str(scans), "--out", str(out), env=_api_env(tmp_path, prefect_api, chat),
+                      cwd=tmp_path, log=tmp_path / "next.log")
         code = proc.wait(timeout=600)
     console = (tmp_path / "next.log").read_text(errors="replace")
     assert code == 0 and "Traceback" not in console, console
     assert not left.exists()
     _once_each(out, {p.name for p in scans.iterdir()})
-    no_server_left(tmp_path / "prefect-home")
 
 
-def test_empty_uploads_are_each_listed_by_a_real_run(tmp_path: Path) -> None:
+def test_empty_uploads_are_each_listed_by_a_real_run(tmp_path: Path, prefect_api: str) -> None:
     """Empty files have identical (no) content, yet each is its own `empty_file` failure in the run's counts and
     in the failure queue, so a person asking which uploads were empty sees every one."""
     scans = tmp_path / "in"
@@ -328,7 +333,8 @@ def test_empty_uploads_are_each_listed_by_a_real_run(tmp_path: Path) -> None:
     for i in range(40):
         (scans / f"upload_{i:03d}.jpg").write_bytes(b"")
     out = tmp_path / "out"
-    proc = idflow("run", str(scans), "--out", str(out), env=run_env(tmp_path), cwd=tmp_path, log=tmp_path / "e.log")
+    proc = idflow("run", str(scans), "--out", str(out), env=_api_env(tmp_path, prefect_api), cwd=tmp_path,
+                  log=tmp_path / "e.log")
     code = proc.wait(timeout=600)
     console = (tmp_path / "e.log").read_text(errors="replace")
     assert code == 0 and "Traceback" not in console, console
@@ -336,4 +342,3 @@ def test_empty_uploads_are_each_listed_by_a_real_run(tmp_path: Path) -> None:
     assert sorted(r["source_path"] for r in current_failures(out).to_pylist()) == sorted(
         p.name for p in scans.iterdir())
     _once_each(out, {p.name for p in scans.iterdir()})
-    no_server_left(tmp_path / "prefect-home")
