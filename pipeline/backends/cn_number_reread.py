@@ -186,10 +186,7 @@ def second_reading(pixels: np.ndarray, lines: Sequence[OcrLine], first: Document
     support = [r for r in reads if number in valid_numbers(r.text, today)]
     line = OcrLine(number, float(np.mean([r.score for r in support])), support[0].row.box)
     candidate = read_document(_with_number(lines, line, rows), today)
-    if candidate.fields.get("id_number") != number or _present(candidate) <= _present(first):
+    if candidate.fields.get("id_number") != number or candidate.present <= first.present:
         return first
     return candidate
 
-
-def _present(reading: DocumentReading) -> int:
-    return sum(s.state == "present" for s in reading.states.values())

@@ -138,7 +138,7 @@ def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentRead
     (`mrz_reread.sideways`), or when neither the first reading nor any upright re-reading decoded a zone; it
     stops at the first variant whose zone passes every check, as each costs a recognition per line."""
     def evidence(r: DocumentReading) -> tuple[int, int]:
-        return len(r.checks) - len(r.check_failures), _present(r)
+        return len(r.checks) - len(r.check_failures), r.present
 
     best, best_lines = first, lines
 
@@ -146,7 +146,7 @@ def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentRead
         nonlocal best, best_lines
         candidate_lines = mrz_reread.page_lines(lines, alternative)
         candidate = read_document(candidate_lines, today)
-        if _present(candidate) >= _present(first) and evidence(candidate) > evidence(first) \
+        if candidate.present >= first.present and evidence(candidate) > evidence(first) \
                 and (evidence(candidate), candidate.score) > (evidence(best), best.score):
             best, best_lines = candidate, candidate_lines
         return candidate
@@ -168,10 +168,6 @@ def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentRead
 def _zone_decoded(reading: DocumentReading) -> bool:
     """Whether a machine-readable zone decoded at all (its checks ran, passed or not)."""
     return any(c.startswith("mrz.") for c in reading.checks + reading.check_failures)
-
-
-def _present(reading: DocumentReading) -> int:
-    return sum(s.state == "present" for s in reading.states.values())
 
 
 class OcrBackend:

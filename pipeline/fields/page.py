@@ -47,6 +47,11 @@ class DocumentReading:
     check_failures: list[str] = field(default_factory=list)
     score: float = 0.0
 
+    @property
+    def present(self) -> int:
+        """How many fields were read (state `present`): a second reading never replaces one that read more."""
+        return sum(s.state == "present" for s in self.states.values())
+
 
 @dataclass(slots=True)
 class Page:
