@@ -230,6 +230,40 @@ def _without_rules(gray: np.ndarray) -> np.ndarray:
     return cv2.inpaint(gray, cv2.dilate(rules, np.ones((3, 3), np.uint8)), 3, cv2.INPAINT_TELEA)
 
 
+_EDGE_ROWS = 8  # of a strip's 64: the margins above and below the text, which no character reaches
+
+
+def vertical_rules(gray: np.ndarray) -> np.ndarray:
+    """A mask of the thin lines that cross a strip from top to bottom (a camera preview's crosshair, the sides
+    of a guide frame): columns dark in both margins and in nearly every row between, at most 6 px wide.
+    A character never reaches the margins, so no character alone is taken for a rule."""
+    ink = cv2.morphologyEx(gray, cv2.MORPH_BLACKHAT, cv2.getStructuringElement(cv2.MORPH_RECT, (15, 15)))
+    _, dark = cv2.threshold(ink, 0, 255, cv2.THRESH_BINARY | cv2.THRESH_OTSU)
+    dark = dark > 0
+    edges = np.vstack([dark[:_EDGE_ROWS], dark[-_EDGE_ROWS:]])
+    ruled = (edges.mean(axis=0) >= 0.9) & (dark.mean(axis=0) >= 0.9)
+    mask = np.zeros_like(gray)
+    start = None
+    for x, on in enumerate([*ruled, False]):
+        if on and start is None:
+            start = x
+        elif not on and start is not None:
+            if x - start <= 6:
+                mask[:, max(start - 1, 0):x + 1] = 255
+            start = None
+    return mask
+
+
+def without_vertical_rules(rgb: np.ndarray) -> np.ndarray | None:
+    """The strip (BGR, contrast-normalised) with its vertical rules painted out, or None when it has none."""
+    gray = _flatten(cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY))
+    mask = vertical_rules(gray)
+    if not mask.any():
+        return None
+    painted = cv2.inpaint(_without_rules(gray), mask, 3, cv2.INPAINT_TELEA)
+    return cv2.cvtColor(_clahe(painted), cv2.COLOR_GRAY2BGR)
+
+
 def variants(rgb: np.ndarray) -> dict[str, np.ndarray]:
     """Contrast-normalised versions of one strip (BGR, what the recogniser expects).
 
@@ -303,6 +337,22 @@ def _read_rows(pixels: np.ndarray, rows: list[Row], recognise: Recognise) -> Ite
         text, score = max(texts, key=lambda ts: (counts[ts[0]], ts[1]))
         voted.append(OcrLine(text, score * counts[text] / len(texts), row.box))
     yield Reading("vote", voted)
+    yield from _without_crosshair(pixels, rows, recognise)
+
+
+def _without_crosshair(pixels: np.ndarray, rows: list[Row], recognise: Recognise) -> Iterator[Reading]:
+    """One more reading where a line crosses the zone from top to bottom (a crosshair, a guide frame's side),
+    with the lines painted out of every strip they cross; nothing where none does. Not in the vote: a painted
+    line may take a stroke of the character under it, which the check digits then refute."""
+    painted = [without_vertical_rules(strip(pixels, row)) for row in rows]
+    if all(p is None for p in painted):
+        return
+    found = []
+    for row, image in zip(rows, painted):
+        text, score = recognise(image if image is not None else variants(strip(pixels, row))["flat"])
+        if text:
+            found.append(OcrLine(text, score, row.box))
+    yield Reading("nocross", found)
 
 
 # ------------------------------------------------------------------------------------ a zone at 90° to the page

@@ -1,8 +1,11 @@
 """A machine-readable zone at 90° to the page's text (pipeline/backends/mrz_reread.py, the second reading in
 pipeline/backends/ocr.py), on generated pages read by the real models.
 
-The synth conditions (`synth.hard.zone_rot90`, and `synth.hard.crosshair`: lines drawn over the zone, for which
-the reader has no remedy yet) are checked here too, against the renderer's own geometry.
+A zone crossed by a line from top to bottom (a camera preview's crosshair, a guide frame's side): the second
+reading paints the line out of its strips (`mrz_reread.vertical_rules`).
+
+The synth conditions (`synth.hard.zone_rot90`, `synth.hard.crosshair`) are checked here too, against the
+renderer's own geometry.
 """
 
 from __future__ import annotations
@@ -77,6 +80,40 @@ def test_a_page_without_a_turned_zone_costs_two_recognitions_at_most():
 
     assert not list(mrz_reread.reread_turned(np.asarray(render.image.convert("RGB")), recognise))
     assert len(calls) <= 2
+
+
+def _crossed(render: R.Rendered, rng: random.Random) -> np.ndarray:
+    """The page with a black 3 px line from top to bottom through one digit of the zone's expiry date."""
+    img = render.image.convert("RGB").copy()
+    x = H._through_expiry(render, rng)
+    ImageDraw.Draw(img).line((x, 0, x, img.height), fill=(20, 20, 20), width=3)
+    return np.asarray(img)
+
+
+@pytest.mark.parametrize("seed", [305, 323])
+def test_a_line_across_the_zone_is_painted_out_and_the_zone_read(seed):
+    """The first pass reads the line as a letter on the name line (`MA JIANSI K`), or the zone not at all;
+    with the line painted out of the strips the zone reads with every check passing and every field right."""
+    rng = random.Random(seed)
+    render = R.id_card_td1(random_mrz_person(rng, "id_card"))
+    reading, _ = read_page(_crossed(render, rng), TODAY, try_flipped=False)
+    assert {"mrz.number", "mrz.expiry"} <= set(reading.checks)
+    assert (reading.fields["id_number"], reading.fields["expiry_date"], reading.fields["name"]) == (
+        render.id_number, render.expiry_date, render.name)
+
+
+def test_only_lines_from_edge_to_edge_of_a_strip_are_rules():
+    """Print never reaches a strip's margins: a character's stem is no rule, a line through the whole strip
+    is, and the mask covers that line's columns alone."""
+    strip = np.full((mrz_reread.ROW_HEIGHT, 400), 240, np.uint8)
+    strip[14:50, 40:46] = 20  # a stem of "1": the text rows only
+    strip[14:50, 100:130:4] = 20  # more strokes
+    strip[:, 200:203] = 20  # a crosshair's line
+    mask = mrz_reread.vertical_rules(strip)
+    columns = np.flatnonzero(mask.any(axis=0))
+    assert columns.min() >= 199 and columns.max() <= 203
+    strip[:, 200:203] = 240
+    assert not mrz_reread.vertical_rules(strip).any()
 
 
 # ------------------------------------------------------------------------------------------ synth conditions
