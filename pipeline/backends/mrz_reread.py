@@ -315,11 +315,13 @@ def reread(pixels: np.ndarray, first_pass: Sequence[OcrLine], recognise: Recogni
 
 
 def _read_rows(pixels: np.ndarray, rows: list[Row], recognise: Recognise) -> Iterator[Reading]:
-    """One reading per contrast variant, each as soon as its rows are recognised, then the per-row vote: a
-    caller that has what it needs stops recognising."""
+    """One reading per contrast variant, each as soon as its rows are recognised, then the per-row vote, then
+    the reading without a crosshair where one crosses the zone: a caller that has what it needs stops
+    recognising. Each row is cut out once and its variants made once, for all of them."""
     if not rows:
         return
-    strips = [variants(strip(pixels, row)) for row in rows]
+    cut = [strip(pixels, row) for row in rows]
+    strips = [variants(c) for c in cut]
     per_row: list[list[tuple[str, float]]] = [[] for _ in rows]
     for name in strips[0]:
         found = []
@@ -337,19 +339,21 @@ def _read_rows(pixels: np.ndarray, rows: list[Row], recognise: Recognise) -> Ite
         text, score = max(texts, key=lambda ts: (counts[ts[0]], ts[1]))
         voted.append(OcrLine(text, score * counts[text] / len(texts), row.box))
     yield Reading("vote", voted)
-    yield from _without_crosshair(pixels, rows, recognise)
+    yield from _without_crosshair(rows, cut, strips, recognise)
 
 
-def _without_crosshair(pixels: np.ndarray, rows: list[Row], recognise: Recognise) -> Iterator[Reading]:
+def _without_crosshair(rows: list[Row], cut: list[np.ndarray], strips: list[dict[str, np.ndarray]],
+                       recognise: Recognise) -> Iterator[Reading]:
     """One more reading where a line crosses the zone from top to bottom (a crosshair, a guide frame's side),
-    with the lines painted out of every strip they cross; nothing where none does. Not in the vote: a painted
-    line may take a stroke of the character under it, which the check digits then refute."""
-    painted = [without_vertical_rules(strip(pixels, row)) for row in rows]
+    with the lines painted out of every strip they cross (`cut`: each row's strip) and the `flat` variant of
+    the others (`strips`); nothing where no line crosses. Not in the vote: a painted line may take a stroke of
+    the character under it, which the check digits then refute."""
+    painted = [without_vertical_rules(c) for c in cut]
     if all(p is None for p in painted):
         return
     found = []
-    for row, image in zip(rows, painted):
-        text, score = recognise(image if image is not None else variants(strip(pixels, row))["flat"])
+    for row, image, variant in zip(rows, painted, strips):
+        text, score = recognise(image if image is not None else variant["flat"])
         if text:
             found.append(OcrLine(text, score, row.box))
     yield Reading("nocross", found)
