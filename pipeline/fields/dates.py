@@ -15,6 +15,9 @@ from typing import Literal
 LONG_TERM: Literal["long-term"] = "long-term"
 
 _MRZ_WINDOW_YEARS = 50
+# No document is issued for longer than this (the longest validity among ICAO issuers: the Belgian eID of a
+# holder over 75, 30 years), so no expiry lies further ahead of today than this.
+LONGEST_VALIDITY_YEARS = 30
 
 
 def make_date(year: int, month: int, day: int) -> date | None:
@@ -35,8 +38,9 @@ def yymmdd(s: str, *, kind: Literal["birth", "expiry"], today: date) -> date | N
 
     MRZ dates carry no century, so it comes from what the date means: a birth date cannot be in the future,
     so it is the most recent century that keeps it <= today; an expiry date lies within
-    [today - 50 y, today + 50 y] (documents run 5-10 years, archives reach back a few decades), so it is the
-    century whose date falls in that window (the closest to today).
+    [today - 50 y, today + 30 y] (archives reach back a few decades; no document is valid for more than
+    `LONGEST_VALIDITY_YEARS`), so it is the century whose date falls in that window (the closest to today).
+    An expiry beyond it is a misread digit that kept its check digit (one substitution in ten does): None.
     """
     if len(s) != 6 or not s.isdigit():
         return None
@@ -47,7 +51,7 @@ def yymmdd(s: str, *, kind: Literal["birth", "expiry"], today: date) -> date | N
     if kind == "birth":
         past = [d for d in candidates if d <= today]
         return max(past) if past else None
-    low, high = _shift_years(today, -_MRZ_WINDOW_YEARS), _shift_years(today, _MRZ_WINDOW_YEARS)
+    low, high = _shift_years(today, -_MRZ_WINDOW_YEARS), _shift_years(today, LONGEST_VALIDITY_YEARS)
     inside = [d for d in candidates if low <= d <= high]
     return min(inside, key=lambda d: abs((d - today).days)) if inside else None
 

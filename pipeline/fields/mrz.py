@@ -298,7 +298,10 @@ def _decode(fmt: MrzFormat, lines: Sequence[str], today: date, *, confirmed: Col
 
     record("mrz.number", number_ok)
     record("mrz.birth", check_ok(raw.birth, raw.birth_check))
-    record("mrz.expiry", check_ok(raw.expiry, raw.expiry_check))
+    expiry = yymmdd(raw.expiry, kind="expiry", today=today)
+    # A check digit that passes over a date no document can carry (a 31 February, an expiry past the longest
+    # validity) vouches for a misread: one substitution in ten keeps the digit.
+    record("mrz.expiry", check_ok(raw.expiry, raw.expiry_check) and expiry is not None)
     if raw.personal is not None and raw.personal_check is not None:
         empty = raw.personal.strip("<") == ""
         record("mrz.personal", (empty and raw.personal_check in "<0") or check_ok(raw.personal, raw.personal_check))
@@ -315,7 +318,7 @@ def _decode(fmt: MrzFormat, lines: Sequence[str], today: date, *, confirmed: Col
         country=_code(raw.country) if has_name_line else None,
         surname=surname, given_names=given, name=name, number=number.replace("<", ""),
         birth_date=yymmdd(raw.birth, kind="birth", today=today),
-        expiry_date=yymmdd(raw.expiry, kind="expiry", today=today),
+        expiry_date=expiry,
         sex=raw.sex if raw.sex in ("M", "F", "X") else None, nationality=_code(raw.nationality),
         checks_passed=passed, checks_failed=failed, name_debris=debris, number_repaired=raw.number != as_read.number,
         name_closed=has_name_line and raw.names.endswith("<<"))

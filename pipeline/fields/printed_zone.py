@@ -168,12 +168,15 @@ def printed_name(printed: Printed) -> tuple[str, float] | None:
     return values.get("name")
 
 
-_NUMBER_SHAPE = re.compile(r"[A-Z]{0,2}\d{6,10}[A-Z]?")
+# Letters and 6-10 digits, at least 7 characters: six digits alone are as often a date (YYMMDD, DDMMYY), a
+# card access number or a code printed beside the photo as a document number, and without a label nothing
+# says which.
+_NUMBER_SHAPE = re.compile(r"(?=.{7})[A-Z]{0,2}\d{6,10}[A-Z]?")
 
 
 def unlabelled_number(lines: Sequence[OcrLine], printed: Printed) -> tuple[str, float] | None:
-    """The single box shaped like a document number (letters + 6-10 digits), excluding personal numbers;
-    None when there is not exactly one."""
+    """The single box shaped like a document number (`_NUMBER_SHAPE`), excluding personal numbers; None when
+    there is not exactly one."""
     hits = {(t, x.score) for x in lines if _NUMBER_SHAPE.fullmatch(t := re.sub(r"\s+", "", x.text.upper()))
             and t not in printed.personal}
     return hits.pop() if len(hits) == 1 else None

@@ -39,6 +39,17 @@ def test_letters_after_the_closing_fillers_flag_the_name(name_field: str, name: 
     assert r.name_debris == (name_field.count("<<") > 1)
 
 
+@pytest.mark.parametrize(("expiry", "kept"), [("560415", True), ("620415", False), ("120231", False)])
+def test_an_expiry_check_digit_does_not_vouch_for_a_date_no_document_carries(expiry: str, kept: bool) -> None:
+    # 2062 is past the longest validity (today + 30 y); 31 February is no day. Either passes its check digit
+    # here, as one misread digit in ten does, and is a failed check with no date, never a stored expiry.
+    line = TD3[1][:21] + expiry + str(mrz.check_digit(expiry)) + TD3[1][28:]
+    r = mrz.parse([TD3[0], line], TODAY)
+    assert r is not None
+    assert ("mrz.expiry" in r.checks_passed) is kept and ("mrz.expiry" in r.checks_failed) is not kept
+    assert (r.expiry_date is not None) is kept
+
+
 def test_parse_is_strict_and_find_repairs() -> None:
     damaged = [TD3[0], TD3[1].replace("L898902C3", "L8989O2C3")]
     strict = mrz.parse(damaged, TODAY)
@@ -95,8 +106,11 @@ def test_yymmdd_century_windows() -> None:
     assert yymmdd("270101", kind="birth", today=today) == date(1927, 1, 1)  # birth cannot be future
     assert yymmdd("961210", kind="expiry", today=today) == date(1996, 12, 10)
     assert yymmdd("340528", kind="expiry", today=today) == date(2034, 5, 28)
-    assert yymmdd("760531", kind="expiry", today=today) == date(2076, 5, 31)  # within today + 50 y
+    assert yymmdd("560531", kind="expiry", today=today) == date(2056, 5, 31)  # within today + 30 y
     assert yymmdd("760602", kind="expiry", today=today) == date(1976, 6, 2)  # within today - 50 y
+    # Past today + 30 y (no document is valid so long) and before today - 50 y: a misread, not a date.
+    assert yymmdd("600101", kind="expiry", today=today) is None
+    assert yymmdd("760531", kind="expiry", today=today) is None
     assert yymmdd("000229", kind="birth", today=today) == date(2000, 2, 29)
     assert yymmdd("230230", kind="expiry", today=today) is None
     assert yymmdd("12O415", kind="expiry", today=today) is None

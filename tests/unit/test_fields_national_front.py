@@ -162,6 +162,16 @@ def test_a_front_without_name_labels_is_left_to_the_printed_format() -> None:
     assert read_document(lines, TODAY).format != "national_front"
 
 
+def test_a_front_whose_title_was_not_read_does_not_take_six_digits_for_its_number() -> None:
+    # Without its title the page is no issuer's front and the generic printed format reads it; the only
+    # number-shaped box left is six digits (a card access number, as a date could be): no document number.
+    lines = [x for x in de_front() if x.text not in ("BUNDESREPUBLIK DEUTSCHLAND", "PERSONALAUSWEIS", "L01X00T47")]
+    reading = read_document(lines, TODAY)
+    assert reading.format == "printed" and reading.states["id_number"].state == "unreadable"
+    with_number = read_document([*lines, box("C2345678", 640, 20, 24)], TODAY)
+    assert with_number.format == "printed" and with_number.fields["id_number"] == "C2345678"
+
+
 def test_no_front_confidence_reaches_the_auto_accept_threshold() -> None:
     reading = read_document(de_front(), TODAY)
     assert all(s.confidence < 0.95 for s in reading.states.values())
