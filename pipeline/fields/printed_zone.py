@@ -41,22 +41,25 @@ def label_kind(text: str) -> str | None:
     "rn" as "m" on both sides shortens the labels, and short debris ('Suae') would then pass for one.
     A label one of whose variants names the surname is a surname label ("Name/Surname" on German cards, whose
     full name is surname and "Vornamen/Given names" together)."""
-    best, best_ratio = None, 0.0
-    kinds = set()
+    ratios = _label_ratios(text)
+    best = max(ratios, key=ratios.__getitem__)
+    if best == "name" and ratios["surname"] >= 0.8:
+        return "surname"
+    return best if ratios[best] >= 0.8 else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_ratios(text: str) -> dict[str, float]:
+    """For each field, how closely `text` (any of its '/'-separated variants) matches one of its labels."""
+    ratios = dict.fromkeys(_LABELS, 0.0)
     for part in re.split(r"[/|]", text):
         folded = fold(part).lower()
         if not folded:
             continue
         for kind, words in _LABELS.items():
             for word, read in itertools.product(words, _rn_readings(folded)):
-                ratio = difflib.SequenceMatcher(None, read, word).ratio()
-                if ratio >= 0.8:
-                    kinds.add(kind)
-                if ratio > best_ratio:
-                    best, best_ratio = kind, ratio
-    if best == "name" and "surname" in kinds:
-        return "surname"
-    return best if best_ratio >= 0.8 else None
+                ratios[kind] = max(ratios[kind], difflib.SequenceMatcher(None, read, word).ratio())
+    return ratios
 
 
 def _rn_readings(text: str) -> set[str]:
@@ -122,11 +125,29 @@ def inline_value(kind: str, label: OcrLine) -> OcrLine | None:
         return None
     starts = [m.start() for m in re.finditer(r"\S+", label.text)]
     for start in reversed(starts[1:]):  # the longest label first: "Document No" before "Document"
-        rest = label.text[start:]
-        if _INLINE_SHAPE[kind].search(rest) and label_kind(label.text[:start]) == kind:
-            scores = label.char_scores[start:] if len(label.char_scores) == len(label.text) else ()
-            return OcrLine(rest, sum(scores) / len(scores) if scores else label.score, label.box, scores)
-    return None
+        if _INLINE_SHAPE[kind].search(label.text[start:]) and label_kind(label.text[:start]) == kind:
+            return _rest_of(label, start)
+    glued = _glued_start(kind, label.text)
+    return _rest_of(label, glued) if glued is not None else None
+
+
+def _glued_start(kind: str, text: str) -> int | None:
+    """Where the value starts in a box whose label and value OCR read with no space between them
+    (`NUM SOPORTGZL364434`): of the places where a letter is followed by a letter or digit and what follows has
+    the value's shape in full, the one whose text before it is most like one of the field's labels (a fuzzy
+    match would also take `NUM SOPORTG` for the label, only less closely). None when no such prefix is a label."""
+    shape = _INLINE_SHAPE[kind]
+    splits = [i for i in range(1, len(text)) if text[i - 1].isalpha() and text[i].isalnum()
+              and shape.fullmatch(text[i:].strip())]
+    ratios = {i: _label_ratios(text[:i])[kind] for i in splits}
+    best = max(ratios, key=ratios.__getitem__, default=None)
+    return best if best is not None and ratios[best] >= 0.8 else None
+
+
+def _rest_of(label: OcrLine, start: int) -> OcrLine:
+    """The part of a box from `start` on, scored by its own characters where OCR gave per-character scores."""
+    scores = label.char_scores[start:] if len(label.char_scores) == len(label.text) else ()
+    return OcrLine(label.text[start:], sum(scores) / len(scores) if scores else label.score, label.box, scores)
 
 
 def read_printed(lines: Sequence[OcrLine]) -> Printed:

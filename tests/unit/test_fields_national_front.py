@@ -121,6 +121,18 @@ def test_a_value_read_in_one_box_with_its_label_is_split_from_it() -> None:
     assert read_printed([box("Document No L898902C3", 10, 10)]).values["number"][0] == "L898902C3"
 
 
+def test_a_value_read_with_no_space_after_its_label_is_split_where_the_label_ends() -> None:
+    # "NUM SOPORTGZL364434": "NUM SOPORTG" or "NUM SOPORTGZL" is nearly the label too, and "364434" has a
+    # number's shape; the split is where the text before it is most like the label
+    lines = [x for x in es_front() if x.text not in ("NUM SOPORT", "BAA000589", "VÁLIDO HASTA", "01 01 2031")]
+    lines += [box("NUM SOPORTGZL364434", 240, 320), box("VÁLIDO HASTA15 04 2031", 240, 370)]
+    reading = read_document(lines, TODAY)
+    assert reading.format == "national_front"
+    assert (reading.fields["id_number"], reading.fields["expiry_date"]) == ("GZL364434", "2031-04-15")
+    # a tail without the value's shape (a number of 6+ characters, 3 of them digits) is no value
+    assert read_printed([box("NUM SOPORTGZL36", 10, 10)]).values == {}
+
+
 def test_a_field_number_or_a_stray_digit_in_a_label_box_is_no_value() -> None:
     # "(4b)" is the field's number on a licence, "12" no number: the value is still looked for by layout
     printed = read_printed([*below("Date of expiry (4b)", "01.02.2030", 10, 10), *below("Passport No. 12", "X1234567", 10, 80)])
