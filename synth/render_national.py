@@ -1,6 +1,6 @@
 """Fronts of national identity cards whose machine-readable zone is on the back: the French card of 2021, the
-German Personalausweis, the Dutch identity card, the Italian CIE and the Spanish DNI, laid out after the
-published specimens (titles, bilingual labels, values under or beside their labels, the number where the issuer
+German Personalausweis, the Dutch identity card, the Italian CIE and the Spanish DNI; and the front of the PRC
+Foreign Permanent Resident ID Card (2023 model), which has no zone at all. Laid out after the published specimens (titles, bilingual labels, values under or beside their labels, the number where the issuer
 prints it). Fake people and numbers of each issuer's shape; the ground truth is what the front shows: name
 ("SURNAME GIVEN NAMES"), document number, expiry date.
 
@@ -13,7 +13,7 @@ import datetime as dt
 import random
 from dataclasses import dataclass
 
-from synth.identities import add_years, random_date
+from synth.identities import add_years, cn_check_char, random_date
 from synth.render import CARD_H, CARD_W, Rendered, _background, _Canvas, _photo_box
 
 _LABEL = (80, 80, 95)
@@ -116,9 +116,10 @@ def _card(base, tint, variant: int) -> _Canvas:
 
 
 def _below(c: _Canvas, x: int, y: int, label: str, value: str, vsize: int = 26, lsize: int = 15) -> None:
-    """A label with its value under it."""
-    c.text((x, y), label, "sans", lsize, _LABEL)
-    c.text((x, y + lsize + 6), value, "sans_bold", vsize, _VALUE)
+    """A label with its value under it (in the CJK font where either holds a Chinese character)."""
+    cjk = any("\u4e00" <= ch <= "\u9fff" for ch in label + value)
+    c.text((x, y), label, "cjk" if cjk else "sans", lsize, _LABEL)
+    c.text((x, y + lsize + 6), value, "cjk" if cjk else "sans_bold", vsize, _VALUE)
 
 
 def _beside(c: _Canvas, x: int, y: int, label: str, value: str, vsize: int = 26, lsize: int = 15) -> None:
@@ -229,13 +230,53 @@ def es_front(p: NationalPerson, variant: int = 0) -> Rendered:
     return _done(c, p, "es_front")
 
 
+# Nationalities of permanent residents: ISO 3166-1 alpha-3, numeric (the 2023 number's digits 4-6), names.
+_PR_NATIONS = (("CAN", "124", "加拿大", ("SMITH", "BROWN", "TREMBLAY"), ("JOHN", "EMILY", "OLIVIER")),
+               ("USA", "840", "美国", ("JOHNSON", "MILLER", "DAVIS"), ("MICHAEL", "SARAH", "DAVID")),
+               ("DEU", "276", "德国", ("MUELLER", "WEBER", "SCHULZ"), ("ANNA", "FELIX", "LENA")),
+               ("FRA", "250", "法国", ("MARTIN", "DUBOIS", "MOREAU"), ("CAMILLE", "PIERRE", "CHLOE")),
+               ("KOR", "410", "韩国", ("KIM", "PARK", "LEE"), ("MINJUN", "SEOYEON", "JIHO")))
+_PR_PROVINCES = ("11", "31", "44", "32", "33", "51")  # Beijing, Shanghai, Guangdong, Jiangsu, Zhejiang, Sichuan
+
+
+def random_pr_person(rng: random.Random, today: dt.date = dt.date(2026, 1, 1)) -> NationalPerson:
+    """A random holder of a 2023-model permanent resident card: 18-character number ('9', province,
+    nationality numeric, birth date, sequence, MOD 11-2 check), valid 10 years (5 under 18)."""
+    code, numeric, _, surnames, given = rng.choice(_PR_NATIONS)
+    birth = random_date(rng, dt.date(1950, 1, 1), dt.date(2005, 12, 31))
+    expiry = random_date(rng, today + dt.timedelta(days=60), add_years(today, 10))
+    body = f"9{rng.choice(_PR_PROVINCES)}{numeric}{birth:%Y%m%d}{rng.randrange(1000):03d}"
+    return NationalPerson(code, rng.choice(surnames), (rng.choice(given),), rng.choice("MF"), birth,
+                          add_years(expiry, -10) + dt.timedelta(days=1), expiry, body + cn_check_char(body), "")
+
+
+def cn_pr_front(p: NationalPerson, variant: int = 0) -> Rendered:
+    """外国人永久居留身份证 (2023): bilingual title, the Latin name as "SURNAME, GIVEN" after 姓名/Name, sex,
+    birth date, nationality, the validity period "YYYY.MM.DD-YYYY.MM.DD" and the 18-character card number.
+    The name on the record is the Latin one, without its comma."""
+    c = _card((246, 240, 232), (216, 196, 160), variant + 5)
+    c.text((240, 16), "中华人民共和国外国人永久居留身份证", "cjk", 26, (150, 40, 30))
+    c.text((240, 52), "FOREIGN PERMANENT RESIDENT ID CARD", "sans", 17, (150, 40, 30))
+    _photo_box(c, (30, 90, 210, 330))
+    nation = next(n for n in _PR_NATIONS if n[0] == p.state)
+    x = 240
+    _below(c, x, 90, "姓名/Name", f"{p.surname}, {' '.join(p.given_names)}")
+    _below(c, x, 150, "性别/Sex", ("男/M" if p.sex == "M" else "女/F"))
+    _below(c, x + 160, 150, "出生日期/Date of Birth", f"{p.birth:%Y.%m.%d}")
+    _below(c, x, 210, "国籍/Nationality", f"{nation[2]}/{p.state}")
+    _below(c, x, 270, "有效期限/Period of Validity", f"{p.issued:%Y.%m.%d}-{p.expiry:%Y.%m.%d}")
+    _below(c, x, 340, "证件号码/Card No.", p.number, vsize=28)
+    return Rendered(c.img, "cn_permanent_residence", p.full_name, p.number, p.expiry.isoformat(), "landscape",
+                    texts=c.texts, kind="cn_pr_front")
+
+
 # kind -> (issuer, renderer)
 NATIONAL_FRONTS = {"fr_front": ("FRA", fr_front_2021), "de_front": ("DEU", de_front), "nl_front": ("NLD", nl_front),
-                   "it_front": ("ITA", it_front), "es_front": ("ESP", es_front)}
+                   "it_front": ("ITA", it_front), "es_front": ("ESP", es_front), "cn_pr_front": ("CHN", cn_pr_front)}
 
 
 def render_national(kind: str, rng: random.Random, variant: int = 0) -> tuple[Rendered, NationalPerson]:
     """A random card front of `kind` (one of `NATIONAL_FRONTS`) and its holder."""
     state, render = NATIONAL_FRONTS[kind]
-    person = random_national_person(rng, state)
+    person = random_pr_person(rng) if kind == "cn_pr_front" else random_national_person(rng, state)
     return render(person, variant), person

@@ -1,4 +1,4 @@
-"""Card fronts whose zone is on the back (`synth.render_national`), read end to end by the real OCR models:
+"""Card fronts without a zone on their side (`synth.render_national`), read end to end by the real OCR models:
 the French card of 2021 and the German Personalausweis give the name (surname and given names) and the expiry
 date, and the number in the issuer's shape or none, below the auto-accept threshold (no check vouches for them)."""
 
@@ -29,3 +29,14 @@ def test_a_card_front_is_read_by_its_labels(kind: str) -> None:
     if reading.fields["id_number"] is None:
         assert reading.states["id_number"].state == "unreadable"
     assert all(state.confidence < 0.95 for state in reading.states.values())
+
+
+def test_a_permanent_resident_card_front_is_read_with_its_checked_number() -> None:
+    # The 2023 card has no zone: the Latin name after 姓名/Name (its comma dropped), the validity period's end,
+    # and the 18-character number, stored only when its MOD 11-2 character and embedded birth date hold
+    rendered, _ = render_national("cn_pr_front", random.Random("integration:cn_pr_front"))
+    reading, _ = read_page(np.asarray(rendered.image.convert("RGB")), TODAY, try_flipped=False)
+    assert (reading.format, reading.doc_type) == ("cn_permanent_residence", "cn_permanent_residence")
+    assert reading.fields == {"name": rendered.name, "id_number": rendered.id_number,
+                              "expiry_date": rendered.expiry_date}
+    assert "cn_pr.checksum" in reading.checks
