@@ -107,6 +107,7 @@ _NAME_LABEL = re.compile(r"^姓\s*名\s*[:：]?\s*")
 _MISREAD_LABEL = r"(?:姓[\u4e00-\u9fff]|[\u4e00-\u9fff]名)"  # 姓名 with one character misread
 _NAME_LABEL_MISREAD = re.compile(rf"^{_MISREAD_LABEL}\s+(\S+)$")
 _MISREAD_LABEL_ALONE = re.compile(rf"^{_MISREAD_LABEL}$")
+_MISREAD_LABEL_GLUED = re.compile(rf"^{_MISREAD_LABEL}(.{{2,}})$")  # a name has 2+ characters
 _LABEL_TAIL = re.compile(r"^(?:姓\s*)?名\s*[:：]?\s*(?=\S{2})")
 _LEADING_SYMBOLS = re.compile(r"^[^\w·•]+")  # a separator or speck read as a symbol ("姓名☑张三"): never a name
 _SEX_VALUE = re.compile(r"性\s*别\s*[:：]?\s*([男女])")
@@ -143,8 +144,10 @@ class CnBack:
 def _name(lines: Sequence[str]) -> str | None:
     """姓名 value: glued to the label ("姓名张三") or on the next line when the label stands alone; else, from
     a label with one character misread ("姓者", blur), only where the label's end is certain: a space before
-    the value in the same box ("姓者 杨洋"), or the label alone in its box with the value's box between it and
-    the 性别 line ("姓者" / "胡玉俊" / "性别男")."""
+    the value in the same box ("姓者 杨洋"), the label alone in its box with the value's box between it and
+    the 性别 line ("姓者" / "胡玉俊" / "性别男"), or the label and a value of at least two characters in the box
+    right above the 性别 line ("姓者罗英" / "性别"): the label is two characters, and a Chinese name never
+    one, so a label that lost a character ("姓罗英") leaves one, which is no name."""
     exact = _labelled_name(lines)
     if exact is not None:
         return exact
@@ -157,6 +160,10 @@ def _name(lines: Sequence[str]) -> str | None:
             value = normalise_text(lines[i + 1])
             if _CJK_NAME.fullmatch(value) and not _LABEL_ONLY.match(value):
                 return value
+        glued = _MISREAD_LABEL_GLUED.match(normalise_text(line))
+        if glued and i + 1 < len(lines) and normalise_text(lines[i + 1]).startswith("性别") \
+                and _CJK_NAME.fullmatch(value := glued.group(1)) and not _LABEL_ONLY.match(value):
+            return value
     return None
 
 

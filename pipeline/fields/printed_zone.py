@@ -45,7 +45,22 @@ def label_kind(text: str) -> str | None:
     best = max(ratios, key=ratios.__getitem__)
     if best == "name" and ratios["surname"] >= 0.8:
         return "surname"
-    return best if ratios[best] >= 0.8 else None
+    return best if ratios[best] >= 0.8 else _two_variants(text)
+
+
+def _two_variants(text: str) -> str | None:
+    """A bilingual label whose '/' OCR lost ("Suname Nom", "Given namesPrenoms"): the field, when the box splits
+    (at a space, or where a lower-case letter meets an upper-case one) into two parts that each name it. Both
+    must: one label word beside other text ("Nom d'usage") is no label."""
+    if "/" in text or "|" in text or any(c.isdigit() for c in text):
+        return None
+    for i in range(1, len(text)):
+        if text[i].isspace() or (text[i - 1].islower() and text[i].isupper()):
+            left, right = _label_ratios(text[:i]), _label_ratios(text[i:])
+            both = [k for k in _LABELS if left[k] >= 0.8 and right[k] >= 0.8]
+            if both:
+                return max(both, key=lambda k: left[k] + right[k])
+    return None
 
 
 @functools.lru_cache(maxsize=4096)

@@ -127,7 +127,10 @@ def test_parse_front_name_with_letters_or_digits_is_not_repaired() -> None:
     (["姓者 杨洋", "性别女民族汉"], "杨洋"),              # 名 misread under motion blur: the space ends the label
     (["娃名 杨洋"], "杨洋"),                             # 姓 misread
     (["姓名 张三", "姓者 杨洋"], "张三"),                  # an exact label wins
-    (["姓者杨洋"], None),                                # no space: where the label ends is unknown
+    (["姓者杨洋"], None),                                # no space, no 性别 under it: nothing shows it is the name
+    (["姓者罗英", "性别", "男"], "罗英"),                  # glued, right above 性别: the label's two characters
+    (["娃名罗英华", "性别男"], "罗英华"),
+    (["姓罗英", "性别男"], None),                          # the label lost a character: one is left, no name
     (["姓者 杨洋2"], None), (["住址 北京"], None), (["民族 汉"], None),
     (["姓者", "胡玉俊", "性别", "男"], "胡玉俊"),          # the label alone, the value between it and 性别
     (["姓者", "朱鹏", "性别男"], "朱鹏"),

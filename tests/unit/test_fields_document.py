@@ -7,6 +7,7 @@ from datetime import date
 import pytest
 
 from pipeline.fields.document import OcrLine, read_document
+from pipeline.fields.printed_zone import label_kind
 
 TODAY = date(2026, 6, 1)
 TD3 = ["P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10"]
@@ -186,6 +187,21 @@ def test_labels_with_rn_read_as_m_still_name_their_values(surname_label: str, gi
     still name the printed name, which is then the page's only source of a name whose zone line was lost."""
     r = read_document(page(surname_label, "LIU", given_label, "LIXIAO", *_with_name_line("LI|<<LIXIA0")), TODAY)
     assert r.fields["name"] == "LIU LIXIAO" and r.states["name"].confidence <= 0.5
+
+
+@pytest.mark.parametrize(("surname_label", "given_label"), [("Suname Nom", "Given mamesPrenoms"),
+                                                            ("Surname Nom", "Given names Prénoms")])
+def test_bilingual_labels_whose_slash_was_lost_still_name_their_values(surname_label: str, given_label: str) -> None:
+    """A blurred passport page reads "Surname / Nom" as "Suname Nom" (the slash lost) and "Given names /
+    Prénoms" glued into one word: each part still names the field, so the printed name is found."""
+    r = read_document(page(surname_label, "XU", given_label, "MIN", TD3[1]), TODAY)  # the name line lost
+    assert r.fields["name"] == "XU MIN" and r.states["name"].confidence <= 0.5
+
+
+def test_one_label_word_beside_other_text_is_no_label() -> None:
+    # "Nom d'usage" (the French alternate-name label) starts with a surname label but is none
+    assert label_kind("Nom d'usage") is None and label_kind("JEAN PIERRE") is None
+    assert label_kind("Date of expiy Date drexpiration") == "expiry"
 
 
 def test_short_debris_is_no_label() -> None:
