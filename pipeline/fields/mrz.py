@@ -43,9 +43,19 @@ def check_digit(s: str) -> int:
         raise ValueError(f"not MRZ text: {s!r}")
     total = 0
     for i, c in enumerate(s):
-        value = 0 if c == "<" else int(c) if c.isdigit() else ord(c) - 55
-        total += value * (7, 3, 1)[i % 3]
+        total += _value(c) * (7, 3, 1)[i % 3]
     return total % 10
+
+
+def _value(c: str) -> int:
+    return 0 if c == "<" else int(c) if c.isdigit() else ord(c) - 55
+
+
+def check_blind(a: str, b: str) -> bool:
+    """Whether the check digit cannot tell character `a` from `b`: their values are equal modulo 10 (M = 22 and
+    W = 32, A = 10 and K = 20, 0 and A), so each weight (7, 3, 1) times their difference is a multiple of 10 and
+    a number read with one for the other passes its check digit. M and W are a common misreading of blur."""
+    return a != b and _ALPHABET.fullmatch(a + b) is not None and (_value(a) - _value(b)) % 10 == 0
 
 
 def is_mrz_text(s: str) -> bool:

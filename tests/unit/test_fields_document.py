@@ -7,6 +7,8 @@ from datetime import date
 import pytest
 
 from pipeline.fields.document import OcrLine, read_document
+from pipeline.fields import mrz
+from pipeline.fields.mrz import check_digit
 from pipeline.fields.printed_zone import label_kind
 
 TODAY = date(2026, 6, 1)
@@ -351,6 +353,28 @@ def test_a_zone_number_that_fails_its_digit_and_differs_from_the_printed_one_is_
     # the same failed digit with no printed number to contradict it is kept, at low confidence
     alone = read_document(page(*garbled), TODAY)
     assert alone.fields["id_number"] == "L898962C3" and alone.states["id_number"].confidence < 0.6
+
+
+def _td3_with_number(number: str) -> list[str]:
+    data = number + str(check_digit(number)) + TD3[1][10:43]
+    composite = data[:10] + data[13:20] + data[21:43]
+    return [TD3[0], data + str(check_digit(composite))]
+
+
+def test_a_zone_number_the_page_prints_with_a_letter_its_check_digit_cannot_tell_apart_is_unreadable() -> None:
+    """M and W are 10 apart in the check digit's values, so a zone read with M for W passes every digit (hard
+    tuning seed 107, motion blur: MX8510518 beside a printed WX8510518). Where the page prints the number with
+    the other letter, nothing says which reading is right: unreadable, never the zone's guess."""
+    read_m, printed_w = _td3_with_number("M898902C3"), "W898902C3"
+    assert mrz.parse(read_m, TODAY).valid and mrz.parse(_td3_with_number(printed_w), TODAY).valid
+    r = read_document(page("PASSPORT", printed_w, *read_m), TODAY)
+    assert r.fields["id_number"] is None and "cross.number_mrz_vs_viz" in r.check_failures
+    # one more misread in the print (8 as E) still shows the twin; the zone's number printed as read confirms it
+    assert read_document(page("PASSPORT", "WE98902C3", *read_m), TODAY).fields["id_number"] is None
+    same = read_document(page("PASSPORT", printed_w, *_td3_with_number(printed_w)), TODAY)
+    assert same.fields["id_number"] == printed_w and "cross.number_mrz_vs_viz" in same.checks
+    # with no printed number nothing contradicts the zone
+    assert read_document(page("PASSPORT", *read_m), TODAY).fields["id_number"] == "M898902C3"
 
 
 def test_a_zone_name_the_print_goes_on_past_is_not_confirmed_by_its_words() -> None:

@@ -216,3 +216,12 @@ def test_a_stroke_before_the_document_code_is_not_text(prefix: str) -> None:
     r = mrz.find([prefix + TD3[0], TD3[1]], TODAY)
     assert r is not None and r.name == "ERIKSSON ANNA MARIA" and r.valid
     assert mrz.clean_ocr_line("|<UTOD231458907<<<", spaces_as_filler=False).startswith("|")  # an 'I' misread
+
+
+def test_check_blind_pairs_are_the_characters_whose_values_are_ten_apart() -> None:
+    assert mrz.check_blind("M", "W") and mrz.check_blind("A", "K") and mrz.check_blind("0", "A")
+    assert mrz.check_blind("<", "U")  # 0 and 30
+    assert not mrz.check_blind("M", "N") and not mrz.check_blind("8", "B") and not mrz.check_blind("M", "M")
+    # every such substitution keeps the digit, at any of the three weights
+    assert mrz.check_digit("W12") == mrz.check_digit("M12") and mrz.check_digit("1W2") == mrz.check_digit("1M2")
+    assert mrz.check_digit("12W") == mrz.check_digit("12M")

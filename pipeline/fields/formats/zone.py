@@ -27,7 +27,7 @@ from pipeline.datamodel import Reason
 from pipeline.fields.dates import parse_printed_dates
 from pipeline.fields.formats.registry import FormatDefaults
 from pipeline.fields.lines import OcrLine, filler_rich, fold, zone_boxes_of
-from pipeline.fields.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK
+from pipeline.fields.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK, check_blind
 from pipeline.fields.names import looks_like_name
 from pipeline.fields.page import CHECK_FAILED, CROSS_DISAGREES, HEURISTIC, UNCHECKED_NAME, Builder, DocumentType, Page
 from pipeline.fields.printed_zone import label_kind, printed_name, unlabelled_number
@@ -232,6 +232,11 @@ def _read_number(fmt: ZoneFormat, zone: ZoneFields, page: Page, ev: _Evidence) -
         # its own digit does not vouch for it (failed, or chose the repair) and the page prints another number
         # (labelled, or the one number-shaped box on it)
         b.unreadable("id_number")
+    elif not agrees and _printed_with_a_blind_twin(zone.number, flat):
+        # the page prints the number with a character its check digit cannot tell apart (M for W): the digit
+        # passes for either, so nothing says which of the two readings is the number
+        b.failures.append("cross.number_mrz_vs_viz")
+        b.unreadable("id_number")
     else:
         b.present("id_number", zone.number, ev.base * factor * _check_factor(zone, "mrz.number"))
 
@@ -249,6 +254,18 @@ def _read_dates(fmt: ZoneFormat, zone: ZoneFields, page: Page, ev: _Evidence) ->
         agrees = zone.expiry_date in parse_printed_dates(viz_expiry[0], today=today)
         factor *= ev.cross("cross.expiry_mrz_vs_viz", agrees, not agrees)
     b.present("expiry_date", zone.expiry_date.isoformat(), ev.base * factor)
+
+
+def _printed_with_a_blind_twin(number: str, printed: set[str]) -> bool:
+    """A printed box that is the zone's number but for at most two characters, one of them a character the
+    check digit cannot tell from the zone's (`mrz.check_blind`: M and W)."""
+    for text in printed:
+        if len(text) != len(number):
+            continue
+        differ = [(a, b) for a, b in zip(number, text) if a != b]
+        if 0 < len(differ) <= 2 and any(check_blind(a, b) for a, b in differ):
+            return True
+    return False
 
 
 def _check_factor(zone: ZoneFields, check: str) -> float:
