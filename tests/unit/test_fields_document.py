@@ -340,6 +340,19 @@ def test_letters_among_the_closing_fillers_are_dropped_only_where_the_page_print
     assert initial.fields["name"] == "VAN DER BERG LUCAS A"
 
 
+def test_long_words_among_the_closing_fillers_the_page_does_not_print_leave_the_name_unreadable() -> None:
+    """Hard tuning seed 107, motion blur: JANSEN<<HUGO<<<<... read with its fillers as "<<M<AAAMMA" (letters
+    after a second '<<': a misread line). JANSEN and HUGO are printed, M and AAAMMA nowhere: the zone's name
+    was stored as JANSEN HUGO M AAAMMA. Too long to drop as debris, too unlike the print to keep: unreadable."""
+    td1 = ["I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6"]
+    r = read_document(page("gurname", "JANSEN", "HUGO", *td1, "JANSEN<<HUGO<<M<AAAMMA<<<<<<<<"), TODAY)
+    assert r.fields["name"] is None and states(r)["name"] == "unreadable"
+    assert {"mrz.name_fillers", "cross.name_mrz_vs_viz"} <= set(r.check_failures)
+    # a line read cleanly keeps a given name the page does not show (a print cut short confirms nothing)
+    clean = read_document(page("gurname", "JANSEN", "HUGO", *td1, "JANSEN<<HUGO<MARIUS<<<<<<<<<<<"), TODAY)
+    assert clean.fields["name"] == "JANSEN HUGO MARIUS"
+
+
 def test_a_zone_number_that_fails_its_digit_and_differs_from_the_printed_one_is_unreadable() -> None:
     """The OCR garbled the zone's number (an occluder across its line: 0 read as 6, which no confusion table
     allows) and the page prints a number that does not pass the zone's digit either: neither reading is

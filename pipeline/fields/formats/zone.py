@@ -182,6 +182,12 @@ def _read_name(zone: ZoneFields, page: Page, ev: _Evidence) -> None:
         elif _printed_beyond(name, ev.printed_boxes):  # its words are printed, but the print goes on: incomplete
             b.failures.append("cross.name_mrz_vs_viz")
             b.unreadable("name")
+        elif zone.name_debris and _unprinted_tail(name, words):
+            # a line known to be misread (letters among its closing fillers) whose last words the page does not
+            # print, while it prints the others: fillers read as letters ("HUGO<M<AAAMMA"), or a name the page
+            # cut short; nothing says which
+            b.failures.append("cross.name_mrz_vs_viz")
+            b.unreadable("name")
         elif not agrees and disagrees and \
                 difflib.SequenceMatcher(None, fold(viz_name[0]), fold(name)).ratio() < _SAME_NAME_RATIO:
             b.failures.append("cross.name_mrz_vs_viz")
@@ -311,6 +317,15 @@ def _printed_beyond(zone_name: str, printed_boxes: Sequence[OcrLine]) -> bool:
                     and not set(rest) & set(zone):
                 return True
     return False
+
+
+def _unprinted_tail(name: str, printed_words: set[str]) -> bool:
+    """The name's last word(s) are printed nowhere on the page, and all the words before them are."""
+    words = name.split()
+    kept = len(words)
+    while kept and words[kept - 1] not in printed_words:
+        kept -= 1
+    return 0 < kept < len(words) and set(words[:kept]) <= printed_words
 
 
 def _one_letter_lost(short: str, long: str) -> bool:
