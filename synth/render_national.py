@@ -1,7 +1,8 @@
 """Fronts of national identity cards whose machine-readable zone is on the back: the French card of 2021, the
 German Personalausweis, the Dutch identity card, the Italian CIE and the Spanish DNI; and the front of the PRC
-Foreign Permanent Resident ID Card (2023 model), which has no zone at all. Laid out after the published specimens (titles, bilingual labels, values under or beside their labels, the number where the issuer
-prints it). Fake people and numbers of each issuer's shape; the ground truth is what the front shows: name
+Foreign Permanent Resident ID Card (2023 model), which has no zone at all. Laid out after the published
+specimens (titles, bilingual labels, values under or beside their labels, the number where the issuer prints
+it). Fake people and numbers of each issuer's shape; the ground truth is what the front shows: name
 ("SURNAME GIVEN NAMES"), document number, expiry date.
 
 Every renderer is `(person, variant) -> Rendered`, a pure function of its arguments (856x540, CR80).
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from synth.identities import add_years, cn_check_char, random_date
 from synth.render import CARD_H, CARD_W, Rendered, _background, _Canvas, _photo_box
@@ -270,13 +273,22 @@ def cn_pr_front(p: NationalPerson, variant: int = 0) -> Rendered:
                     texts=c.texts, kind="cn_pr_front")
 
 
-# kind -> (issuer, renderer)
-NATIONAL_FRONTS = {"fr_front": ("FRA", fr_front_2021), "de_front": ("DEU", de_front), "nl_front": ("NLD", nl_front),
-                   "it_front": ("ITA", it_front), "es_front": ("ESP", es_front), "cn_pr_front": ("CHN", cn_pr_front)}
+Holder = Callable[[random.Random], NationalPerson]
+Renderer = Callable[[NationalPerson, int], Rendered]
+
+# kind -> (random holder, renderer)
+NATIONAL_FRONTS: dict[str, tuple[Holder, Renderer]] = {
+    "fr_front": (partial(random_national_person, state="FRA"), fr_front_2021),
+    "de_front": (partial(random_national_person, state="DEU"), de_front),
+    "nl_front": (partial(random_national_person, state="NLD"), nl_front),
+    "it_front": (partial(random_national_person, state="ITA"), it_front),
+    "es_front": (partial(random_national_person, state="ESP"), es_front),
+    "cn_pr_front": (random_pr_person, cn_pr_front),
+}
 
 
 def render_national(kind: str, rng: random.Random, variant: int = 0) -> tuple[Rendered, NationalPerson]:
     """A random card front of `kind` (one of `NATIONAL_FRONTS`) and its holder."""
-    state, render = NATIONAL_FRONTS[kind]
-    person = random_pr_person(rng) if kind == "cn_pr_front" else random_national_person(rng, state)
+    holder, render = NATIONAL_FRONTS[kind]
+    person = holder(rng)
     return render(person, variant), person

@@ -151,19 +151,25 @@ def _name(lines: Sequence[str]) -> str | None:
     exact = _labelled_name(lines)
     if exact is not None:
         return exact
+    flat = [normalise_text(x) for x in lines]
+
+    def above_sex(value: str, after: int) -> str | None:
+        """`value` when it is a name (not a label) and line `after` is the 性别 line."""
+        sex_line = after < len(flat) and flat[after].startswith("性别")
+        return value if sex_line and _CJK_NAME.fullmatch(value) and not _LABEL_ONLY.match(value) else None
+
     for i, line in enumerate(lines):
         m = _NAME_LABEL_MISREAD.match(line.strip())  # before normalising, which drops the space
         if m and _CJK_NAME.fullmatch(value := normalise_text(m.group(1))):
             return value
-        if _MISREAD_LABEL_ALONE.match(normalise_text(line)) and i + 2 < len(lines) and \
-                normalise_text(lines[i + 2]).startswith("性别"):
-            value = normalise_text(lines[i + 1])
-            if _CJK_NAME.fullmatch(value) and not _LABEL_ONLY.match(value):
-                return value
-        glued = _MISREAD_LABEL_GLUED.match(normalise_text(line))
-        if glued and i + 1 < len(lines) and normalise_text(lines[i + 1]).startswith("性别") \
-                and _CJK_NAME.fullmatch(value := glued.group(1)) and not _LABEL_ONLY.match(value):
-            return value
+        if _MISREAD_LABEL_ALONE.match(flat[i]):
+            found = above_sex(flat[i + 1], i + 2) if i + 1 < len(flat) else None
+        elif glued := _MISREAD_LABEL_GLUED.match(flat[i]):
+            found = above_sex(glued.group(1), i + 1)
+        else:
+            found = None
+        if found is not None:
+            return found
     return None
 
 

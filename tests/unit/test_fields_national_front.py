@@ -110,11 +110,15 @@ def test_a_value_beside_its_label_is_taken_and_a_later_fields_value_under_it_is_
     assert printed.values["expiry"][0] == "01 01 2031"
 
 
+def es_front_read_as(number_box: str, expiry_box: str) -> list[OcrLine]:
+    """The Spanish front with its support number and expiry each read in one box with its label."""
+    lines = [x for x in es_front() if x.text not in ("NUM SOPORT", "BAA000589", "VÁLIDO HASTA", "01 01 2031")]
+    return [*lines, box(number_box, 240, 320), box(expiry_box, 240, 370)]
+
+
 def test_a_value_read_in_one_box_with_its_label_is_split_from_it() -> None:
     # OCR reads a value printed close beside its label as one box: "NUM SOPORT BAA000589"
-    lines = [x for x in es_front() if x.text not in ("NUM SOPORT", "BAA000589", "VÁLIDO HASTA", "01 01 2031")]
-    lines += [box("NUM SOPORT BAA000589", 240, 320), box("VÁLIDO HASTA 01 01 2031", 240, 370)]
-    reading = read_document(lines, TODAY)
+    reading = read_document(es_front_read_as("NUM SOPORT BAA000589", "VÁLIDO HASTA 01 01 2031"), TODAY)
     assert reading.format == "national_front"
     assert (reading.fields["id_number"], reading.fields["expiry_date"]) == ("BAA000589", "2031-01-01")
     # the longest label is cut off, not the shortest ("Document No", not "Document")
@@ -124,9 +128,7 @@ def test_a_value_read_in_one_box_with_its_label_is_split_from_it() -> None:
 def test_a_value_read_with_no_space_after_its_label_is_split_where_the_label_ends() -> None:
     # "NUM SOPORTGZL364434": "NUM SOPORTG" or "NUM SOPORTGZL" is nearly the label too, and "364434" has a
     # number's shape; the split is where the text before it is most like the label
-    lines = [x for x in es_front() if x.text not in ("NUM SOPORT", "BAA000589", "VÁLIDO HASTA", "01 01 2031")]
-    lines += [box("NUM SOPORTGZL364434", 240, 320), box("VÁLIDO HASTA15 04 2031", 240, 370)]
-    reading = read_document(lines, TODAY)
+    reading = read_document(es_front_read_as("NUM SOPORTGZL364434", "VÁLIDO HASTA15 04 2031"), TODAY)
     assert reading.format == "national_front"
     assert (reading.fields["id_number"], reading.fields["expiry_date"]) == ("GZL364434", "2031-04-15")
     # a tail without the value's shape (a number of 6+ characters, 3 of them digits) is no value
