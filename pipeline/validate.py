@@ -6,6 +6,7 @@ a record that fails names the check that failed instead of quietly carrying a wr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import date
 from functools import lru_cache
@@ -14,7 +15,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from pipeline.config import SCHEMA_PATH
-from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, PreparedImage, Reason, Record
+from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, FieldReading, PreparedImage, Reason, Record
 from pipeline.fields.formats import FORMATS, NumberCheck
 from pipeline.fields.names import looks_like_name
 
@@ -51,9 +52,9 @@ def semantic_problems(fields: dict[str, Any]) -> list[tuple[Reason, str]]:
             date.fromisoformat(expiry)
         except ValueError:
             problems.append((Reason.INVALID_DATE, f"date.expiry: {expiry!r} is not a calendar date"))
-    check = _number_check(fields)
-    if check is not None and not check.passes(fields["id_number"]):
-        problems.append((Reason.CHECKSUM_FAILED, f"{check.name}: {check.failure}"))
+    refutation = number_refutation(fields)
+    if refutation is not None:
+        problems.append((Reason.CHECKSUM_FAILED, refutation))
     name = fields.get("name")
     if isinstance(name, str) and not looks_like_name(name, abbreviations=True):  # MRZ debris, a number: never stored
         problems.append((Reason.SCHEMA_VIOLATION, "name.shape: a name holds only letters, spaces, hyphens, "
@@ -80,6 +81,12 @@ def passed_checks(fields: dict[str, Any]) -> list[str]:
     return checks
 
 
+def number_refutation(fields: dict[str, Any]) -> str | None:
+    """`check name: what failed` when the document number fails the checksum it must pass, else None."""
+    check = _number_check(fields)
+    return None if check is None or check.passes(fields["id_number"]) else f"{check.name}: {check.failure}"
+
+
 def _number_check(fields: dict[str, Any]) -> NumberCheck | None:
     """The checksum the document number must pass: the one of its document type's format, or, on any other
     type, a format's check whose number shape it has (a model answer must not escape the PRC check by calling
@@ -88,14 +95,19 @@ def _number_check(fields: dict[str, Any]) -> NumberCheck | None:
     return FORMATS.number_check(fields.get("doc_type"), number) if isinstance(number, str) else None
 
 
-# Backend checks whose failure means a stored field is wrong, as the registered formats declare them (`validate`
-# asks the registry itself). Others (birth date digit, composite digit, printed-vs-MRZ and printed sex/birth
-# cross-checks) only lower confidence and stay in `check_failures`.
-FATAL_CHECKS: dict[str, Reason] = FORMATS.fatal_checks()
+# Backend checks whose failure proves one field misread, as the registered formats declare them -> that field
+# (`validate` asks the registry itself). Others (birth date digit, composite digit, printed-vs-MRZ and printed
+# sex/birth cross-checks) only lower confidence and stay in `check_failures`.
+REFUTING_CHECKS: dict[str, str] = FORMATS.refuting_checks()
 
 
 def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failure:
-    """Turn one backend extraction into a Record, or a validate-stage Failure naming the failed check."""
+    """Turn one backend extraction into a Record, or a validate-stage Failure naming the failed check.
+
+    A check digit that fails proves one field misread and says nothing against the others, so that field is
+    stored `unreadable` (the failed check stays in `check_failures`) and the record goes to review with the
+    rest still read; only when nothing else was read does the page go to the failure queue (`checksum_failed`).
+    """
     fields = extraction.fields
 
     def fail(reason: Reason, detail: str) -> Failure:
@@ -106,14 +118,15 @@ def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failur
     errors = schema_errors(fields)
     if errors:
         return fail(Reason.SCHEMA_VIOLATION, "; ".join(errors)[:1000])
+    refuted = refuted_fields(extraction)
+    if refuted and all(fields.get(k) is None or k in refuted for k in FIELD_NAMES):
+        return fail(Reason.CHECKSUM_FAILED, "failed: " + ", ".join(dict.fromkeys(refuted.values())))
+    extraction = without_fields(extraction, refuted)
+    fields = extraction.fields
     problems = semantic_problems(fields)
     if problems:
         reason, detail = problems[0]
         return fail(reason, "; ".join(d for _, d in problems))
-    fatal_checks = FORMATS.fatal_checks()
-    fatal = [c for c in extraction.check_failures if c in fatal_checks]
-    if fatal:
-        return fail(fatal_checks[fatal[0]], "failed: " + ", ".join(fatal))
     expiry = fields["expiry_date"]
     return Record(
         extraction=extraction,
@@ -121,4 +134,30 @@ def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failur
         checks=sorted(set(passed_checks(fields)) | set(extraction.checks)),
         expiry_date=None if expiry in (None, "long-term") else expiry,
         expiry_long_term=expiry == "long-term",
+    )
+
+
+def refuted_fields(extraction: Extraction) -> dict[str, str]:
+    """Stored field -> the failed check that proves it misread: a backend's check digit (`REFUTING_CHECKS`),
+    or the checksum the document number must pass (a model's answer is held to it as an OCR reading is)."""
+    fields, refuting = extraction.fields, FORMATS.refuting_checks()
+    refuted = {field: check for check in extraction.check_failures
+               if (field := refuting.get(check)) is not None and fields.get(field) is not None}
+    check = _number_check(fields)
+    if "id_number" not in refuted and check is not None and not check.passes(fields["id_number"]):
+        refuted["id_number"] = check.name
+    return refuted
+
+
+def without_fields(extraction: Extraction, refuted: dict[str, str]) -> Extraction:
+    """The extraction with each refuted field unreadable (no value, confidence 0, no evidence class) and its
+    failed check in `check_failures`."""
+    if not refuted:
+        return extraction
+    return dataclasses.replace(
+        extraction,
+        fields={**extraction.fields, **dict.fromkeys(refuted)},
+        field_states={**extraction.field_states, **{k: FieldReading(None, "unreadable", 0.0) for k in refuted}},
+        check_failures=list(dict.fromkeys([*extraction.check_failures, *refuted.values()])),
+        evidence={k: v for k, v in extraction.evidence.items() if k not in refuted},
     )

@@ -22,7 +22,7 @@ from pipeline.backends.base import ExtractionBackend
 from pipeline.backends.registry import HYBRID, OCR
 from pipeline.confidence_rules import DISAGREEMENT_CAP
 from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, FieldReading, PreparedImage
-from pipeline.validate import FATAL_CHECKS, field_errors
+from pipeline.validate import REFUTING_CHECKS, field_errors
 
 if TYPE_CHECKING:
     from pipeline.config import Settings
@@ -32,7 +32,7 @@ PREFIX = f"{HYBRID.name}:"  # a result's `backend` is the half that read it, beh
 
 def passes_checks(reading: Extraction | Failure) -> bool:
     return isinstance(reading, Extraction) and not field_errors(reading.fields) and not any(
-        c in FATAL_CHECKS for c in reading.check_failures)
+        c in REFUTING_CHECKS for c in reading.check_failures)
 
 
 def needs_vlm(reading: Extraction | Failure, threshold: float) -> bool:

@@ -40,7 +40,7 @@ from pipeline.config import SCHEMA_PATH, CalibrationSettings, OpenAISettings, Se
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
 from pipeline.prepare.resize import encode
 from pipeline.prompts import PROMPT_VERSION, load_prompt, repair_prompt
-from pipeline.validate import field_errors, schema_errors, semantic_problems
+from pipeline.validate import field_errors, number_refutation, schema_errors, semantic_problems
 
 log = logging.getLogger(__name__)
 
@@ -445,7 +445,13 @@ def judge_answer(text: str, tokens: list[tuple[str, float]] | None = None) -> _V
         return _Verdict({}, [f"the answer is not a JSON object ({exc.detail})"], exc.reason)
     fields, evidence = split_answer(answer)
     errors = field_errors(fields)
-    if not errors:
-        return _Verdict(fields, [], None, judge(fields, evidence, value_scores(text, tokens) if tokens else None))
+    refutation = number_refutation(fields)
+    if not errors or errors == [refutation]:
+        # a number failing its own checksum is one misread field, as a check digit's refutation: asked for in the
+        # repair turn, then left to `validate` (number unreadable, the other fields stand)
+        judged = judge(fields, evidence, value_scores(text, tokens) if tokens else None)
+        if refutation is not None:
+            judged.refuted.append(refutation)
+        return _Verdict(fields, [], None, judged)
     problems = [] if schema_errors(fields) else semantic_problems(fields)
     return _Verdict(fields, errors, problems[0][0] if problems else Reason.SCHEMA_VIOLATION)

@@ -70,7 +70,8 @@ REASON_TEXT: dict[str, str] = {
     "no_json": "The model answered, but not with the fields asked for.",
     "invalid_json": "The model's answer was cut off or malformed.",
     "schema_violation": "A value read does not have the form the field requires.",
-    "checksum_failed": "A check digit does not match: a character of the number was misread (or is wrong).",
+    "checksum_failed": "A check digit does not match and nothing else on the page was read (with other fields "
+                       "read, the document is a result whose refuted field is unreadable).",
     "invalid_date": "A date read is not a real calendar date.",
     "cross_check_failed": "Two places on the document disagree.",
     "no_fields_found": "No name, document number or expiry date was found on the page.",

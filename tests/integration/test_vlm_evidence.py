@@ -137,16 +137,18 @@ def test_every_expiry_mistake_is_caught_by_the_zone_check_digit(kind: str, tmp_p
 
 def test_a_misreading_made_in_both_copies_is_refuted_by_the_check_digit(tmp_path: Path) -> None:
     """The model read the same wrong digit in the field and in the zone (one no look-alike repair can undo): the
-    zone's own check digit refutes them; the model is asked once to repair, and a value still refuted fails as
-    on the OCR path."""
+    zone's own check digit refutes them; the model is asked once to repair, and a number still refuted is
+    unreadable, as on the OCR path."""
     person = dataclasses.replace(PERSON, doc_number="X7437437")
     zone = list(person.td3())
     wrong_zone = [zone[0], zone[1].replace("X7437437", "X7437434")]
     outcome, server = one({**_with_number("X7437434"), "mrz": wrong_zone}, tmp_path)
     assert isinstance(outcome, Extraction) and "mrz.number" in outcome.check_failures
     assert len(server.requests) == 2 and "check digit" in server.requests[1].text  # the repair turn
-    failed = validate(outcome, make_page(0))
-    assert isinstance(failed, Failure) and failed.reason == Reason.CHECKSUM_FAILED
+    stored = validate(outcome, make_page(0))  # as on the OCR path: the number unreadable, the rest stands
+    assert isinstance(stored, Record) and stored.extraction.fields["id_number"] is None
+    assert stored.extraction.fields["name"] == outcome.fields["name"]
+    assert "mrz.number" in stored.extraction.check_failures
 
 
 def test_a_look_alike_in_both_copies_is_caught_by_the_check_digit(tmp_path: Path) -> None:
@@ -234,8 +236,8 @@ def test_a_refused_logprobs_parameter_is_dropped_for_the_run(tmp_path: Path,
     assert not backend.logprobs_enabled
     assert [r.logprobs for r in server.requests] == [True, False, False, False, False]  # one refusal, then never
     assert sum("refused logprobs" in r.getMessage() for r in caplog.records) == 1
-    first = outcomes[0]
-    assert isinstance(first, Extraction) and first.attempts == 2  # what was sent is counted
+    # what was sent is counted: the page whose request was refused (whichever went first) was sent twice
+    assert sorted(o.attempts for o in outcomes if isinstance(o, Extraction)) == [1, 1, 1, 2]
     assert all(o.evidence["name"].endswith("/nolp") for o in outcomes if isinstance(o, Extraction))
     assert all(o.field_states["name"].confidence == 1.0 for o in outcomes if isinstance(o, Extraction))
 

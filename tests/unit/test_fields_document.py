@@ -70,6 +70,17 @@ def test_failed_check_digit_lowers_confidence_but_keeps_the_reading() -> None:
     assert "mrz.expiry" in r.check_failures and r.states["expiry_date"].confidence < 0.6
 
 
+def test_a_zone_whose_number_fails_its_digit_keeps_its_name_only_where_the_page_prints_it() -> None:
+    """The failed digit proves the zone misread (validate then leaves the number unreadable); the name, which no
+    digit covers, is kept only when the printed zone confirms it; the expiry passes a digit of its own."""
+    bad = [TD3[0], TD3[1].replace("L898902C36", "L898902C31")]
+    alone = read_document(page(*bad), TODAY)
+    assert "mrz.number" in alone.check_failures and "mrz.expiry" in alone.checks
+    assert states(alone)["name"] == "unreadable" and alone.fields["expiry_date"] == "2012-04-15"
+    printed = read_document(page("Surname", "ERIKSSON", "Given names", "ANNA MARIA", *bad), TODAY)
+    assert printed.fields["name"] == "ERIKSSON ANNA MARIA" and "cross.name_mrz_vs_viz" in printed.checks
+
+
 def test_mrz_data_line_alone_leaves_name_unreadable() -> None:
     r = read_document(page("PASSPORT", TD3[1]), TODAY)
     assert r.doc_type == "passport"

@@ -8,18 +8,19 @@ import json
 import re
 from collections.abc import Iterator
 from datetime import date
+from pathlib import Path
 
 import pytest
 
 from pipeline.calibration import evidence_class
 from pipeline.config import SCHEMA_PATH
-from pipeline.datamodel import Reason
+from pipeline.datamodel import DocumentRef, Extraction, Reason
 from pipeline.fields.document import read_document
 from pipeline.fields.formats import FORMATS, FormatDefaults, NumberCheck
 from pipeline.fields.lines import line_score
 from pipeline.fields.page import Builder, Page
 from pipeline.prompts import load_prompt
-from pipeline.validate import semantic_problems
+from pipeline.validate import refuted_fields, semantic_problems
 from tests.unit.test_fields_document import TD3, page, states
 from tests.support.paths import REPO as ROOT
 
@@ -72,7 +73,7 @@ class LibraryCardFormat(FormatDefaults):
     name = "library_card"
     doc_types = ("library_card",)
     number_checks = {"library_card": LIBRARY_CHECK}
-    fatal_checks = {"library.checksum": Reason.CHECKSUM_FAILED}
+    refuting_checks = {"library.checksum": "id_number"}
 
     def find(self, page: Page) -> Page | None:
         return page if any("LIBRARY CARD" in t.upper() for t in page.texts) else None
@@ -133,7 +134,10 @@ def test_validation_and_calibration_take_a_registered_formats_checks(library_car
     assert semantic_problems({**answer, "id_number": "LC1234561"}) == []
     assert semantic_problems({**answer, "id_number": "LC1234565"}) == [
         (Reason.CHECKSUM_FAILED, "library.checksum: the last digit is not the sum of the others")]
-    assert FORMATS.fatal_checks()["library.checksum"] is Reason.CHECKSUM_FAILED
+    assert FORMATS.refuting_checks()["library.checksum"] == "id_number"
+    reading = Extraction(ref=DocumentRef(Path("c.png"), "c.png", "0" * 64), backend="ocr", model="m",
+                         fields={**answer, "id_number": "LC1234561"}, check_failures=["library.checksum"])
+    assert refuted_fields(reading) == {"id_number": "library.checksum"}  # a digit the card's reader saw fail
     assert evidence_class("id_number", "library_card", ["library.checksum"], []) == "id_number/library.checked"
     assert evidence_class("id_number", "library_card", [], []) == "id_number/printed"
 

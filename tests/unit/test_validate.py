@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record
+from pipeline.datamodel import (FIELD_NAMES, DocumentRef, Extraction, Failure, FieldReading, PreparedImage, Reason,
+                                Record)
 from pipeline.validate import field_errors, semantic_problems, validate
 
 REF = DocumentRef(path=Path("x.png"), rel_path="x.png", sha256="0" * 64)
@@ -16,6 +17,10 @@ PREPARED = PreparedImage(ref=REF, pixels=np.zeros((32, 64, 3), np.uint8), origin
                          visual_tokens=2)
 VALID_CN = {"doc_type": "cn_id", "name": "张伟", "id_number": "11010519491231002X", "expiry_date": None,
             "orientation": "landscape"}
+
+
+def _present(fields: dict) -> dict[str, FieldReading]:
+    return {k: FieldReading(v, "present", 0.99) for k, v in fields.items() if k in FIELD_NAMES and v is not None}
 
 
 def _validate(fields: dict, **kw) -> Record | Failure:
@@ -50,8 +55,19 @@ def test_missing_key_is_schema_violation() -> None:
     assert "expiry_date" in failure.detail
 
 
-def test_bad_checksum_is_named() -> None:
-    failure = _validate({**VALID_CN, "id_number": "110105194912310021"})
+def test_a_number_failing_its_checksum_is_unreadable_and_the_rest_stands() -> None:
+    """The check character proves the number misread and says nothing against the name: the record is stored with
+    the number unreadable (so it goes to review) and the failed check named."""
+    record = _validate({**VALID_CN, "id_number": "110105194912310021"}, field_states=_present(VALID_CN))
+    assert isinstance(record, Record)
+    assert record.extraction.fields["id_number"] is None and record.extraction.fields["name"] == "张伟"
+    assert record.extraction.field_states["id_number"] == FieldReading(None, "unreadable", 0.0)
+    assert record.extraction.field_states["name"].state == "present"
+    assert "cn_id.checksum" in record.extraction.check_failures and "cn_id.checksum" not in record.checks
+
+
+def test_a_page_whose_only_field_fails_its_checksum_is_a_failure() -> None:
+    failure = _validate({**VALID_CN, "name": None, "id_number": "110105194912310021"})
     assert isinstance(failure, Failure) and failure.reason is Reason.CHECKSUM_FAILED
     assert "cn_id.checksum" in failure.detail
 
@@ -59,7 +75,10 @@ def test_bad_checksum_is_named() -> None:
 @pytest.mark.parametrize("doc_type", ["unknown", "passport", "id_card", "driving_licence"])
 def test_a_resident_id_shaped_number_is_checked_whatever_type_the_answer_claims(doc_type: str) -> None:
     # A model must not get an unchecked PRC number stored by calling the card something else.
-    failure = _validate({**VALID_CN, "doc_type": doc_type, "id_number": "110105194912310021"})
+    refuted = _validate({**VALID_CN, "doc_type": doc_type, "id_number": "110105194912310021"})
+    assert isinstance(refuted, Record) and refuted.extraction.fields["id_number"] is None
+    assert "prc_number.checksum" in refuted.extraction.check_failures
+    failure = _validate({**VALID_CN, "doc_type": doc_type, "name": None, "id_number": "110105194912310021"})
     assert isinstance(failure, Failure) and failure.reason is Reason.CHECKSUM_FAILED
     assert "prc_number.checksum" in failure.detail
     record = _validate({**VALID_CN, "doc_type": doc_type})
@@ -79,14 +98,25 @@ def test_nothing_found() -> None:
     assert isinstance(failure, Failure) and failure.reason is Reason.NO_FIELDS_FOUND
 
 
-def test_backend_check_failure_fails_record_but_cross_check_only_lowers_trust() -> None:
+def test_a_backend_check_digit_failure_makes_its_field_unreadable_but_a_cross_check_only_lowers_trust() -> None:
     passport = {"doc_type": "passport", "name": "MARTIN SARAH", "id_number": "ZE000509",
                 "expiry_date": "2023-01-14", "orientation": "landscape"}
-    failure = _validate(passport, check_failures=["mrz.number"])
-    assert isinstance(failure, Failure) and failure.reason is Reason.CHECKSUM_FAILED
+    states = _present(passport)
+    for check, field in (("mrz.number", "id_number"), ("mrz.expiry", "expiry_date")):
+        record = _validate(passport, check_failures=[check], field_states=states,
+                           evidence={k: f"{k}/mrz" for k in states})
+        assert isinstance(record, Record), check
+        ex = record.extraction
+        assert ex.fields[field] is None and ex.field_states[field].state == "unreadable", check
+        assert field not in ex.evidence and ex.check_failures == [check]
+        assert all(ex.fields[k] == passport[k] and ex.field_states[k].state == "present" for k in states if k != field)
+    assert _validate(passport, check_failures=["mrz.expiry"]).expiry_date is None  # type: ignore[union-attr]
+    only_number = {**passport, "name": None, "expiry_date": None}
+    failure = _validate(only_number, check_failures=["mrz.number"])
+    assert isinstance(failure, Failure) and failure.reason is Reason.CHECKSUM_FAILED and "mrz.number" in failure.detail
     for warning in ("cross.name_mrz_vs_viz", "mrz.birth", "cn_id.sex_matches_printed"):
-        record = _validate(passport, check_failures=[warning])
-        assert isinstance(record, Record), warning
+        record = _validate(passport, check_failures=[warning], field_states=states)
+        assert isinstance(record, Record) and record.extraction.fields == passport, warning
 
 
 def test_field_errors_for_repair_prompts() -> None:
@@ -106,3 +136,19 @@ def test_a_name_that_is_not_a_name_is_refused_whatever_the_backend() -> None:
                  "SMITH JOHN JR.", "ST.JOHN MARY"):
         assert semantic_problems({"doc_type": "passport", "name": name, "id_number": None, "expiry_date": None,
                                   "orientation": "landscape"}) == [], name
+
+
+def test_a_zone_reading_whose_number_fails_its_digit_is_stored_without_the_number() -> None:
+    """End to end from OCR lines: the name the page prints and the expiry its own digit proves are stored, the
+    number the failed digit refutes is unreadable."""
+    from pipeline.fields.document import read_document
+    from tests.unit.test_fields_document import TD3, TODAY, page
+
+    zone = [TD3[0], TD3[1].replace("L898902C36", "L898902C31")]
+    r = read_document(page("Surname", "ERIKSSON", "Given names", "ANNA MARIA", *zone), TODAY)
+    record = _validate({"doc_type": r.doc_type, **r.fields, "orientation": "landscape"}, field_states=r.states,
+                       checks=r.checks, check_failures=r.check_failures)
+    assert isinstance(record, Record)
+    assert record.extraction.fields == {"doc_type": "passport", "name": "ERIKSSON ANNA MARIA", "id_number": None,
+                                        "expiry_date": "2012-04-15", "orientation": "landscape"}
+    assert record.extraction.field_states["id_number"].state == "unreadable"

@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass
 from datetime import date
 
-from pipeline.datamodel import Reason
 from pipeline.fields import cn_id, cn_permanent_residence
 from pipeline.fields.formats.registry import FormatDefaults, NumberCheck
 from pipeline.fields.lines import line_score, value_score
@@ -53,7 +52,7 @@ class ResidentIdFormat(FormatDefaults):
     number_checks = {"cn_id": CHECK}
     stray_number_checks = (STRAY_CHECK,)
     long_term = {"cn_id": "a PRC resident ID card"}
-    fatal_checks = {"cn_id.checksum": Reason.CHECKSUM_FAILED}
+    refuting_checks = {"cn_id.checksum": "id_number"}
     # the printed 出生 / 性别 disagree with what the number embeds
     disagreements = {"cn_id.birth_matches_printed": "id_number", "cn_id.sex_matches_printed": "id_number"}
 

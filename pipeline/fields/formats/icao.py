@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from datetime import date
 
-from pipeline.datamodel import Reason
 from pipeline.fields import mrz
 from pipeline.fields.formats.zone import ZoneFields, ZoneFormat
 
@@ -21,7 +20,7 @@ class IcaoFormat(ZoneFormat):
     doc_types = ("passport", "id_card", "visa")
     settled_by_zone = True
     expiry_check = "mrz.expiry"
-    fatal_checks = {"mrz.number": Reason.CHECKSUM_FAILED, "mrz.expiry": Reason.CHECKSUM_FAILED}
+    refuting_checks = {"mrz.number": "id_number", "mrz.expiry": "expiry_date"}
 
     def find_zone(self, rows: list[str], today: date) -> ZoneFields | None:
         zone = mrz.find(rows, today)

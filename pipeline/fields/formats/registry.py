@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from pipeline.datamodel import Reason
 from pipeline.fields.page import DOCUMENT_NUMBER, Builder, DocumentReading, DocumentType, Page
 
 T = TypeVar("T")
@@ -35,18 +34,18 @@ class NumberCheck:
 class DocumentFormat(Protocol[T]):
     """One kind of document: how to recognise its page, read its fields, and the checks its values obey.
 
-    `find` returns what of this format the page shows (its zone, its sides) or None when the page is not
-    one; `read` turns that into fields, states and checks in `b` and returns the doc type it read. A format
-    with `has_zone` competes with the other zones by `zone_score`. The rest serves the stages after reading:
-    `number_checks` (doc type -> the checksum its document number must pass), `stray_number_checks`,
-    `long_term` (doc type -> who holds a document valid for life, for the error message), `fatal_checks`
-    (failed checks that mean a stored value is wrong), `disagreements` (failed checks that mean two sources of
-    a field disagree -> that field: never auto-accepted, `pipeline.confidence_rules`), `evidence_source` (the
-    calibration class of a field's evidence, None when the checks show none of this format's), `may_carry_mrz`
-    (an MRZ re-read can help a page this format read), `settled_by_zone` (a fully checked zone decides the
-    reading: the printed zone only confirms it, so OCR may stop reading the page early) and `number_shape` (what
-    a document number of this format looks like, upper case without spaces: a reading without that shape is
-    unreadable, not stored).
+    `find` returns what of this format the page shows (its zone, its sides) or None when the page is not one; `read`
+    turns that into fields, states and checks in `b` and returns the doc type it read. A format with `has_zone`
+    competes with the other zones by `zone_score`. The rest serves the stages after reading: `number_checks` (doc
+    type -> the checksum its document number must pass), `stray_number_checks`, `long_term` (doc type -> who holds a
+    document valid for life, for the error message), `refuting_checks` (failed check -> the field it proves misread:
+    validate leaves that field unreadable, the others stand), `disagreements` (failed checks that mean two sources
+    of a field disagree -> that field: never auto-accepted, `pipeline.confidence_rules`), `evidence_source` (the
+    calibration class of a field's evidence, None when the checks show none of this format's), `may_carry_mrz` (an
+    MRZ re-read can help a page this format read), `settled_by_zone` (a fully checked zone decides the reading: the
+    printed zone only confirms it, so OCR may stop reading the page early) and `number_shape` (what a document
+    number of this format looks like, upper case without spaces: a reading without that shape is unreadable, not
+    stored).
     """
 
     name: str
@@ -58,7 +57,7 @@ class DocumentFormat(Protocol[T]):
     number_checks: Mapping[DocumentType, NumberCheck]
     stray_number_checks: tuple[NumberCheck, ...]
     long_term: Mapping[DocumentType, str]
-    fatal_checks: Mapping[str, Reason]
+    refuting_checks: Mapping[str, str]
     disagreements: Mapping[str, str]
 
     def find(self, page: Page) -> T | None: ...
@@ -78,7 +77,7 @@ class FormatDefaults:
     number_checks: Mapping[DocumentType, NumberCheck] = {}
     stray_number_checks: tuple[NumberCheck, ...] = ()
     long_term: Mapping[DocumentType, str] = {}
-    fatal_checks: Mapping[str, Reason] = {}
+    refuting_checks: Mapping[str, str] = {}
     disagreements: Mapping[str, str] = {}
 
     def zone_score(self, found: Any) -> float:
@@ -157,9 +156,9 @@ class Registry:
         """Whether a document of this type may say "long-term" (长期) for its expiry."""
         return isinstance(doc_type, str) and doc_type in self.long_term()
 
-    def fatal_checks(self) -> dict[str, Reason]:
-        """Backend checks whose failure means a stored field is wrong, with the failure reason."""
-        return {check: reason for fmt in self._formats for check, reason in fmt.fatal_checks.items()}
+    def refuting_checks(self) -> dict[str, str]:
+        """Backend checks whose failure proves one field misread -> that field."""
+        return {check: field for fmt in self._formats for check, field in fmt.refuting_checks.items()}
 
     # ------------------------------------------------------------------------------- calibration
 

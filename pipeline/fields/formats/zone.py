@@ -23,7 +23,6 @@ from datetime import date
 from statistics import mean
 from typing import Sequence
 
-from pipeline.datamodel import Reason
 from pipeline.fields.dates import parse_printed_dates
 from pipeline.fields.formats.registry import FormatDefaults
 from pipeline.fields.lines import OcrLine, filler_rich, fold, zone_boxes_of
@@ -75,7 +74,7 @@ class ZoneFormat(FormatDefaults):
     has_zone = True
     expiry_check = "mrz.composite"  # the check digit that protects the zone's expiry date
     expiry_cross_checked = False  # the expiry has no check digit of its own: the printed expiry must agree
-    fatal_checks = {"mrz.number": Reason.CHECKSUM_FAILED}
+    refuting_checks = {"mrz.number": "id_number"}
     # the zone and the printed zone disagree on the field
     disagreements = {"cross.name_mrz_vs_viz": "name", "cross.number_mrz_vs_viz": "id_number",
                      "cross.expiry_mrz_vs_viz": "expiry_date"}
@@ -132,7 +131,10 @@ def read_zone(fmt: ZoneFormat, zone: ZoneFields, page: Page, b: Builder) -> None
                          [x for x in page.lines if x not in zone_boxes])
     b.checks += zone.checks_passed
     b.failures += zone.checks_failed
-    _read_name(zone, page, evidence)
+    # a check digit proved a character of this zone misread: its name, which no digit covers, is kept only
+    # where the page prints it too (validate leaves the refuted field unreadable and keeps the rest)
+    misread = any(c in fmt.refuting_checks for c in zone.checks_failed)
+    _read_name(zone, page, evidence, misread=misread)
     _read_number(fmt, zone, page, evidence)
     _read_dates(fmt, zone, page, evidence)
 
@@ -157,7 +159,7 @@ class _Evidence:
         return 1.0
 
 
-def _read_name(zone: ZoneFields, page: Page, ev: _Evidence) -> None:
+def _read_name(zone: ZoneFields, page: Page, ev: _Evidence, *, misread: bool) -> None:
     b, base = ev.b, ev.base
     viz_name = printed_name(page.printed)
     if zone.name and not looks_like_name(zone.name):  # zone debris (digits): as if the name line was lost
@@ -191,6 +193,8 @@ def _read_name(zone: ZoneFields, page: Page, ev: _Evidence) -> None:
         elif not agrees and disagrees and \
                 difflib.SequenceMatcher(None, fold(viz_name[0]), fold(name)).ratio() < _SAME_NAME_RATIO:
             b.failures.append("cross.name_mrz_vs_viz")
+            b.unreadable("name")
+        elif misread and not agrees:  # a zone proven misread, its name printed nowhere else on the page
             b.unreadable("name")
         else:
             factor = ev.cross("cross.name_mrz_vs_viz", agrees, disagrees)
