@@ -7,7 +7,8 @@ change the result; and the detector is capped at 1280 px on big pages (`rapidocr
 Why it may read a page twice: orientation between 0° and 180° is sometimes a coin flip on sparse cards, so
 when the first reading passes no check and the prepare stage was not sure of the direction
 (`SURE_DIRECTION`), the page is read upside down too and the reading whose checksums pass wins (a check
-digit is stronger evidence than a classifier's vote). A sure direction was never wrong on the rotated
+digit is stronger evidence than a classifier's vote); with none passing, the one that read zone lines, then the
+better score (`upright_evidence`). A sure direction was never wrong on the rotated
 specimens, and a page with no check to pass (a printed-zone-only document) would otherwise always pay twice.
 Why it may read the MRZ once more: when an MRZ left a field unreadable, failed a check digit or gave a name
 the printed zone does not confirm (or no MRZ decoded on a page that is not a PRC ID), `mrz_reread` cuts the
@@ -38,6 +39,7 @@ from pipeline.backends.registry import OCR, ocr_model_id
 from pipeline.datamodel import Extraction, Failure, PreparedImage
 from pipeline.fields.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, read_document
 from pipeline.fields.formats import FORMATS
+from pipeline.fields.lines import filler_rich
 
 if TYPE_CHECKING:
     from pipeline.config import Settings
@@ -95,7 +97,7 @@ def read_page(pixels: np.ndarray, today: date, *, try_flipped: bool = True,
     if not reading.checks and try_flipped:
         flipped_pixels = np.ascontiguousarray(pixels[::-1, ::-1])
         flipped_lines, flipped = page_read.read_lines(flipped_pixels, today)
-        if flipped.score > reading.score:
+        if upright_evidence(flipped, flipped_lines) > upright_evidence(reading, lines):
             pixels, lines, reading, rotation = flipped_pixels, flipped_lines, flipped, 180
     if needs_second_reading(reading):
         reading, lines = second_reading(pixels, lines, reading, today)
@@ -106,6 +108,14 @@ def read_page(pixels: np.ndarray, today: date, *, try_flipped: bool = True,
     if name_reread.needs_reread(reading) and name_reread.poor_capture(pixels, capture_long_edge):
         reading = name_reread.reread_name(pixels, lines, reading, today, recognise_line)
     return reading, rotation
+
+
+def upright_evidence(reading: DocumentReading, lines: Sequence[OcrLine]) -> tuple[bool, int, float]:
+    """What says a page was read the right way up, strongest first (compared between the page and its 180° turn):
+    a check that passes; then zone lines read as such, since the fillers of a zone read upside down are no `<`
+    (a zone its first pass could not decode is still a zone, which the second reading may decode); then the
+    reading's score."""
+    return bool(reading.checks), sum(filler_rich(x) for x in lines), reading.score
 
 
 _MRZ_FIELDS = ("name", "id_number", "expiry_date")
