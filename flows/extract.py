@@ -32,6 +32,7 @@ from flows.batch_tasks import batch_task
 from flows.limits import request_slots
 from flows.run_lease import leased
 from flows.secrets import with_block_key
+from flows.sigterm import stops_on_sigterm
 from pipeline import progress, sources
 from pipeline.backends.factory import make_backend
 from pipeline.config import Settings
@@ -79,6 +80,7 @@ def _run_name() -> str:
 
 
 @flow(name="extract-folder", flow_run_name=_run_name, log_prints=False)
+@stops_on_sigterm
 @leased
 async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", concurrency: int | None = None,
                          batch_size: int | None = None, force: bool = False, dask: str | None = None,

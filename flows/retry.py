@@ -13,12 +13,14 @@ from flows.extract import _run_id
 from flows.limits import request_slots
 from flows.run_lease import leased
 from flows.secrets import with_block_key
+from flows.sigterm import stops_on_sigterm
 from pipeline.config import Settings
 from pipeline.masking import install_masking
 from pipeline.retry import retry_failures as retry_open_failures
 
 
 @flow(name="retry-failures", flow_run_name="retry failures", log_prints=False)
+@stops_on_sigterm
 @leased
 async def retry_failures(out_dir: str, backend: str | None = None, max_attempts: int = 3,
                          wait_for_lock: bool = True) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from prefect.input import RunInput
 from prefect.runtime import flow_run
 from prefect.states import Cancelled, Crashed
 
+from flows.sigterm import stops_on_sigterm
 from pipeline.masking import install_masking, mask_id, redact
 from pipeline.review.corrections import Correction, clean_values, correction_problems, decide, write_corrections
 from pipeline.review.page import REVIEW, write_page
@@ -117,6 +118,7 @@ def _forget_on_exit(flow: Any, run: Any, state: Any) -> None:
 
 @flow(name=FLOW_NAME, flow_run_name=_run_name, log_prints=False, on_crashed=[_forget_on_exit],
       on_cancellation=[_forget_on_exit])
+@stops_on_sigterm
 async def review(out_dir: str, run_id: str | None = None, threshold: float | None = None, limit: int = 20,
                  reviewer: str = "", timeout_s: int = 24 * 3600) -> dict[str, Any]:
     """Publish the review page of `run_id` (default: what every run in `out_dir` left open), then ask for a

@@ -263,6 +263,44 @@ def test_sigterm_inside_a_flow_is_one_line_and_exit_143(tmp_path: Path) -> None:
     assert "Traceback" not in done.stdout + done.stderr
 
 
+STOPPED_IN_A_CALLBACK = """
+import asyncio, signal, sys
+import typer
+from prefect import flow
+from flows.sigterm import stops_on_sigterm
+from idflow.common import prefect_api, stopped_by_signal
+
+@flow(name="stopped-in-a-callback")
+@stops_on_sigterm
+async def stopped_in_a_callback() -> None:
+    # The signal lands while the loop runs a plain callback, as it does while a socket's data is handed over:
+    # asyncio drops whatever a callback raises, so a handler that raised there let the flow sleep on.
+    asyncio.get_running_loop().call_soon(signal.raise_signal, signal.SIGTERM)
+    try:
+        await asyncio.sleep(30)
+    finally:
+        print("unwound", flush=True)
+    print("finished", flush=True)
+
+try:
+    with prefect_api() as ready:
+        ready()
+        with stopped_by_signal("nothing was lost"):
+            asyncio.run(stopped_in_a_callback())
+except typer.Exit as exc:
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_sigterm_landing_in_an_event_loop_callback_stops_the_flow_at_its_await(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", STOPPED_IN_A_CALLBACK], env=run_env(tmp_path), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 128 + signal.SIGTERM, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "unwound" in done.stdout and "finished" not in done.stdout, done.stdout[-3000:]
+    assert "stopped by signal 15: nothing was lost" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr and "Exception in callback" not in done.stderr
+
+
 def test_a_prefect_home_that_cannot_hold_the_server_files_is_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     (tmp_path / "a-file").write_text("not a folder")
