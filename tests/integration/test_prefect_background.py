@@ -233,36 +233,6 @@ def test_a_bad_idle_time_is_one_clear_line(tmp_path: Path) -> None:
     assert prefect_servers(tmp_path / "prefect-home") == []
 
 
-STOPS_ITSELF = """
-import os, signal, sys, time
-import typer
-from prefect import flow
-from idflow.common import prefect_api, stopped_by_signal
-
-@flow
-def stops_itself() -> None:
-    os.kill(os.getpid(), signal.SIGTERM)  # lands in Prefect's handler, in the flow's own thread
-    time.sleep(120)
-
-try:
-    with prefect_api() as ready:
-        ready()
-        with stopped_by_signal("nothing was lost"):
-            stops_itself()
-except typer.Exit as exc:
-    sys.exit(exc.exit_code)
-"""
-
-
-def test_sigterm_inside_a_flow_is_one_line_and_exit_143(tmp_path: Path) -> None:
-    """Prefect sends SIGTERM again once the flow run has crashed; that must not kill the command on the spot."""
-    done = subprocess.run([sys.executable, "-c", STOPS_ITSELF], env=run_env(tmp_path), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 128 + signal.SIGTERM, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "stopped by signal 15: nothing was lost" in done.stdout
-    assert "Traceback" not in done.stdout + done.stderr
-
-
 STOPPED_IN_A_CALLBACK = """
 import asyncio, signal, sys
 import typer
@@ -293,6 +263,8 @@ except typer.Exit as exc:
 
 
 def test_sigterm_landing_in_an_event_loop_callback_stops_the_flow_at_its_await(tmp_path: Path) -> None:
+    """The flow ends with one line and exit 143, not by the default handler Prefect restores and signals again once
+    the run has crashed."""
     done = subprocess.run([sys.executable, "-c", STOPPED_IN_A_CALLBACK], env=run_env(tmp_path), cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 128 + signal.SIGTERM, done.stdout[-3000:] + done.stderr[-3000:]
