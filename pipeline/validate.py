@@ -83,8 +83,14 @@ def passed_checks(fields: dict[str, Any]) -> list[str]:
 
 def number_refutation(fields: dict[str, Any]) -> str | None:
     """`check name: what failed` when the document number fails the checksum it must pass, else None."""
+    check = _failed_number_check(fields)
+    return None if check is None else f"{check.name}: {check.failure}"
+
+
+def _failed_number_check(fields: dict[str, Any]) -> NumberCheck | None:
+    """The checksum the document number must pass, when it fails it."""
     check = _number_check(fields)
-    return None if check is None or check.passes(fields["id_number"]) else f"{check.name}: {check.failure}"
+    return None if check is None or check.passes(fields["id_number"]) else check
 
 
 def _number_check(fields: dict[str, Any]) -> NumberCheck | None:
@@ -93,12 +99,6 @@ def _number_check(fields: dict[str, Any]) -> NumberCheck | None:
     a resident ID card a passport or "unknown")."""
     number = fields.get("id_number")
     return FORMATS.number_check(fields.get("doc_type"), number) if isinstance(number, str) else None
-
-
-# Backend checks whose failure proves one field misread, as the registered formats declare them -> that field
-# (`validate` asks the registry itself). Others (birth date digit, composite digit, printed-vs-MRZ and printed
-# sex/birth cross-checks) only lower confidence and stay in `check_failures`.
-REFUTING_CHECKS: dict[str, str] = FORMATS.refuting_checks()
 
 
 def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failure:
@@ -120,7 +120,9 @@ def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failur
         return fail(Reason.SCHEMA_VIOLATION, "; ".join(errors)[:1000])
     refuted = refuted_fields(extraction)
     if refuted and all(fields.get(k) is None or k in refuted for k in FIELD_NAMES):
-        return fail(Reason.CHECKSUM_FAILED, "failed: " + ", ".join(dict.fromkeys(refuted.values())))
+        why = number_refutation(fields)
+        return fail(Reason.CHECKSUM_FAILED, "failed: " + ", ".join(dict.fromkeys(refuted.values()))
+                    + (f" ({why})" if why else ""))
     extraction = without_fields(extraction, refuted)
     fields = extraction.fields
     problems = semantic_problems(fields)
@@ -138,13 +140,14 @@ def validate(extraction: Extraction, prepared: PreparedImage) -> Record | Failur
 
 
 def refuted_fields(extraction: Extraction) -> dict[str, str]:
-    """Stored field -> the failed check that proves it misread: a backend's check digit (`REFUTING_CHECKS`),
-    or the checksum the document number must pass (a model's answer is held to it as an OCR reading is)."""
+    """Stored field -> the failed check that proves it misread: a backend's check digit (the formats'
+    `refuting_checks`; the others, such as the birth date or composite digit and the printed-vs-MRZ
+    cross-checks, only lower confidence and stay in `check_failures`), or the checksum the document number
+    must pass (a model's answer is held to it as an OCR reading is)."""
     fields, refuting = extraction.fields, FORMATS.refuting_checks()
     refuted = {field: check for check in extraction.check_failures
                if (field := refuting.get(check)) is not None and fields.get(field) is not None}
-    check = _number_check(fields)
-    if "id_number" not in refuted and check is not None and not check.passes(fields["id_number"]):
+    if "id_number" not in refuted and (check := _failed_number_check(fields)) is not None:
         refuted["id_number"] = check.name
     return refuted
 

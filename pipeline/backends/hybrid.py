@@ -22,7 +22,8 @@ from pipeline.backends.base import ExtractionBackend
 from pipeline.backends.registry import HYBRID, OCR
 from pipeline.confidence_rules import DISAGREEMENT_CAP
 from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, FieldReading, PreparedImage
-from pipeline.validate import REFUTING_CHECKS, field_errors
+from pipeline.fields.formats import FORMATS
+from pipeline.validate import field_errors
 
 if TYPE_CHECKING:
     from pipeline.config import Settings
@@ -31,8 +32,11 @@ PREFIX = f"{HYBRID.name}:"  # a result's `backend` is the half that read it, beh
 
 
 def passes_checks(reading: Extraction | Failure) -> bool:
+    """A reading whose fields validate and whose check digits refute none of them (formats registered later
+    count: the registry is asked at call time)."""
+    refuting = FORMATS.refuting_checks()
     return isinstance(reading, Extraction) and not field_errors(reading.fields) and not any(
-        c in REFUTING_CHECKS for c in reading.check_failures)
+        c in refuting for c in reading.check_failures)
 
 
 def needs_vlm(reading: Extraction | Failure, threshold: float) -> bool:

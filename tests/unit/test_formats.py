@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.backends.hybrid import passes_checks
 from pipeline.calibration import evidence_class
 from pipeline.config import SCHEMA_PATH
 from pipeline.datamodel import DocumentRef, Extraction, Reason
@@ -138,6 +139,7 @@ def test_validation_and_calibration_take_a_registered_formats_checks(library_car
     reading = Extraction(ref=DocumentRef(Path("c.png"), "c.png", "0" * 64), backend="ocr", model="m",
                          fields={**answer, "id_number": "LC1234561"}, check_failures=["library.checksum"])
     assert refuted_fields(reading) == {"id_number": "library.checksum"}  # a digit the card's reader saw fail
+    assert not passes_checks(reading)  # the hybrid backend sends it to the VLM: it asks the registry when judging
     assert evidence_class("id_number", "library_card", ["library.checksum"], []) == "id_number/library.checked"
     assert evidence_class("id_number", "library_card", [], []) == "id_number/printed"
 

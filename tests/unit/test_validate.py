@@ -69,7 +69,7 @@ def test_a_number_failing_its_checksum_is_unreadable_and_the_rest_stands() -> No
 def test_a_page_whose_only_field_fails_its_checksum_is_a_failure() -> None:
     failure = _validate({**VALID_CN, "name": None, "id_number": "110105194912310021"})
     assert isinstance(failure, Failure) and failure.reason is Reason.CHECKSUM_FAILED
-    assert "cn_id.checksum" in failure.detail
+    assert "cn_id.checksum" in failure.detail and "MOD 11-2" in failure.detail  # what failed, not only its name
 
 
 @pytest.mark.parametrize("doc_type", ["unknown", "passport", "id_card", "driving_licence"])
