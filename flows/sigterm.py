@@ -64,12 +64,12 @@ async def sigterm_cancels() -> AsyncIterator[None]:
     except BaseException as exc:
         if not received:
             raise
-        if task.cancelling():
-            task.uncancel()  # the cancellation was ours: what follows (Prefect reporting the crash) must run
         cause = None if isinstance(exc, asyncio.CancelledError) else exc
         raise TerminationSignal(signal=received[0]) from cause
     finally:
         active = False
         signal.signal(signal.SIGTERM, previous)
-    if received:
+        if received and task.cancelling():
+            task.uncancel()  # the cancellation was ours: what follows (Prefect reporting the crash) must run
+    if received:  # something inside absorbed the cancellation and finished
         raise TerminationSignal(signal=received[0])

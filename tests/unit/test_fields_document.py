@@ -6,6 +6,7 @@ from datetime import date
 
 import pytest
 
+from pipeline.calibration import evidence_class
 from pipeline.fields.document import OcrLine, read_document
 from pipeline.fields import mrz
 from pipeline.fields.mrz import check_digit
@@ -116,6 +117,29 @@ def test_cn_back_only_name_and_number_absent() -> None:
     assert r.fields == {"name": None, "id_number": None, "expiry_date": "2020-12-12"}
     assert states(r) == {"name": "absent", "id_number": "absent", "expiry_date": "present"}
 
+
+
+@pytest.mark.parametrize(("back", "misread"), [
+    (BACK, False),
+    (["中华人民共和国", "居民身份证", "签发机关 四川省成都市锦江分局", ("有数期限", "2010.01.01-2020.12.12")], True),
+    (["中华人民共和国", "居民身份证", "签发机美 四川省成都市锦江分局", ("有效美展", "2010.01.01-2020.12.12")], True),
+    (["中华人民共和国", "居民身份证", "签发机关 四川省成都市锦江分局", ("有效期限", "2010.01.01-2020.12.12"),
+      "有关部门"], False),  # more than half the characters differ: another word, not the label misread
+    (["性制男"], True),  # a two-character label, recognised by the value only it is printed with
+    (["出玍 1995 年 7 月 17 日"], True),
+    (["住宅小区 8 栋"], False),  # an ordinary word one character from 住址: nothing says it is the label
+])
+def test_a_cn_card_whose_fixed_labels_read_wrong_gives_its_name_an_evidence_class_of_its_own(
+        back: list, misread: bool) -> None:
+    """A capture that garbles the card's fixed labels may garble the name too, which no check covers: its
+    name's evidence class says so (and a table that never measured it caps it below the threshold); the number
+    keeps its checksum's class."""
+    r = read_document(page(*FRONT, *back), TODAY)
+    assert r.fields["name"] == "张三" and r.fields["id_number"] == NUMBER
+    assert ("cn_id.labels_legible" in r.check_failures) == misread
+    name_class = evidence_class("name", "cn_id", r.checks, r.check_failures)
+    assert name_class == ("name/cn.passed_labels_misread" if misread else "name/cn.passed")
+    assert evidence_class("id_number", "cn_id", r.checks, r.check_failures) == "id_number/cn.passed"
 
 
 def test_cn_portrait_side_with_lost_labels_is_unreadable_not_absent() -> None:
