@@ -232,9 +232,9 @@ def _same_server(error: Any, api_url: str) -> bool:
 
 @contextmanager
 def stopped_by_signal(what_now: str) -> Iterator[None]:
-    """A flow stopped by SIGTERM (Prefect raises its `TerminationSignal` in whichever coroutine runs when the
-    signal lands; the flow has flushed what it must and is marked Crashed) ends the command with one line saying
-    `what_now`, and exit 128 + the signal's number, instead of a traceback.
+    """A flow stopped by SIGTERM (its body ends with `TerminationSignal` at the await it was waiting on,
+    `flows.sigterm`; the flow has flushed what it must and is marked Crashed) ends the command with one line
+    saying `what_now`, and exit 128 + the signal's number, instead of a traceback.
 
     Why a SIGTERM handler of our own for the block: after the flow run has crashed, Prefect restores the handler it
     found and sends SIGTERM again; finding Python's default, that killed the process on the spot (exit -15, no

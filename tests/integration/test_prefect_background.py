@@ -62,8 +62,8 @@ def test_run_on_a_saturated_cpu_succeeds_quietly_and_stops_its_server(tmp_path: 
     assert (tmp_path / "prefect-home" / "prefect.db").is_file()  # the run did use a server of its own
 
 
-# SIGTERM: Prefect's handler raises TerminationSignal in whichever coroutine runs, often one of the engine's
-# worker tasks; the engine re-raises a stage's own failure in the run loop, so the run stops.
+# SIGTERM: the flow body is cancelled at its await (flows/sigterm.py) and ends with TerminationSignal; the engine's
+# stages unwind, the run's parts are flushed and Prefect marks the run Crashed.
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_killed_run_leaves_no_prefect_server(tmp_path: Path, sig: signal.Signals) -> None:
     scans = unique_scans(tmp_path / "in", 400)
