@@ -144,7 +144,7 @@ class RequestRecord:
     n_messages: int = 0
     text: str = ""
     started: float = 0.0
-    ended: float = 0.0
+    ended: float = 0.0  # when the server began its answer (or dropped the connection): logged at that moment
 
 
 class _HttpError(Exception):
@@ -260,7 +260,18 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet: tests capture logs
             pass
 
+        _rec: RequestRecord | None = None  # the chat request being answered, logged once (`_log`)
+
+        def _log(self) -> None:
+            """Log the request before its answer goes out, so a client that has read the answer finds the
+            request in the log."""
+            rec, self._rec = self._rec, None
+            if rec is not None:
+                rec.ended = time.monotonic()
+                server.record(rec)
+
         def do_GET(self) -> None:
+            self._rec = None
             try:
                 if self.path == "/health":
                     return self._send(200, {"status": "ok"})
@@ -278,7 +289,7 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 self._send(err.status, err.body())
 
         def do_POST(self) -> None:
-            rec = RequestRecord(path=self.path, status=0, started=time.monotonic())
+            rec = self._rec = RequestRecord(path=self.path, status=0, started=time.monotonic())
             try:
                 payload = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path != f"{cfg.base_path}/chat/completions":
@@ -293,8 +304,7 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 rec.status = 400
                 self._send(400, _HttpError(400, "request body is not JSON").body())
             finally:
-                rec.ended = time.monotonic()
-                server.record(rec)
+                self._log()  # a request that ended without an answer
 
         def _check_key(self) -> None:
             offered = self.headers.get("Authorization", "")
@@ -346,6 +356,7 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             if fault == "drop":
                 rec.status = 0
                 self.close_connection = True
+                self._log()
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
             if fault == "html":
@@ -381,6 +392,7 @@ def _make_handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
 
         def _send_bytes(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None,
                         *, trickle_s: float = 0.0) -> None:
+            self._log()
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
