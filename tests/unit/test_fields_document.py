@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import date
 
 import pytest
@@ -330,6 +331,62 @@ def test_a_final_a_swallowed_by_a_filler_run_read_as_as_is_restored_only_from_th
     assert read_document(page("PASSPORT", "ERIKSSON", "ANNA MARIA", *zone), TODAY).fields["name"] == \
         "ERIKSSON ANNA MARIA"
     assert read_document(page("PASSPORT", *zone), TODAY).fields["name"] == "ERIKSSON ANNA MARI"
+
+
+def sure_letters(lines: list[OcrLine], unsure: dict[str, tuple[int, float]] | None = None) -> list[OcrLine]:
+    """The boxes with the recogniser's per-letter probabilities: 0.99 each, except `unsure`: box text ->
+    (index of a letter, its probability)."""
+    out = []
+    for x in lines:
+        scores = [0.99] * len(x.text)
+        if unsure and x.text in unsure:
+            i, score = unsure[x.text]
+            scores[i] = score
+        out.append(dataclasses.replace(x, char_scores=tuple(scores)))
+    return out
+
+
+@pytest.mark.parametrize(("zone_name", "unsure", "printed", "respelled"), [
+    ("HOFFMAMN<<MARIA", "MAMN", ("HOFFMANN", "MARIA"), "HOFFMANN MARIA"),  # a blurred N read as M
+    ("HU<<TAOHAIK", "AIK", ("HU", "TAOHAN"), "HU TAOHAN"),  # N and the filler after it read as IK
+    ("VANIDER<BERG<<EMMA", "ANIDER", ("VAN DER BERG", "EMMA"), "VAN DER BERG EMMA"),  # a filler read as I
+    ("HOFFMAMN<<MARIA", "MAMN", ("HOFFMAN", "MARIA"), "HOFFMAN MARIA"),  # an unsure letter the print lacks
+])
+def test_a_zone_name_word_misread_where_the_page_prints_it_surely_is_spelled_as_printed(
+        zone_name: str, unsure: str, printed: tuple[str, str], respelled: str) -> None:
+    """`unsure`: the zone letter the recogniser was unsure of is this text's third."""
+    from pipeline.confidence_rules import disagreeing_fields
+    line1 = f"P<UTO{zone_name}".ljust(44, "<")
+    unsure_at = line1.index(unsure) + 2
+    lines = sure_letters(page("PASSPORT", "Surname", printed[0], "Given names", printed[1], line1, TD3[1]),
+                         {line1: (unsure_at, 0.6)})
+    r = read_document(lines, TODAY)
+    assert r.fields["name"] == respelled
+    assert "cross.name_respelled_as_printed" in r.check_failures and "cross.name_mrz_vs_viz" not in r.checks
+    assert evidence_class("name", r.doc_type, r.checks, r.check_failures) == "name/mrz.name_respelled"
+    assert disagreeing_fields(r.check_failures) == {"name"}  # capped below auto-accept: a person confirms it
+    # the zone's letters read surely: nothing decides between the two spellings, the zone's stands
+    sure = read_document(sure_letters(page("PASSPORT", "Surname", printed[0], "Given names", printed[1], line1,
+                                           TD3[1])), TODAY)
+    assert sure.fields["name"] == " ".join(zone_name.replace("<<", " ").replace("<", " ").split())
+    assert "cross.name_respelled_as_printed" not in sure.check_failures
+
+
+@pytest.mark.parametrize(("printed", "unsure_print"), [
+    ("HOFFMANN", True),  # the print is no surer than the zone
+    ("HOFFMANNS", False),  # the print differs where the zone was sure too (a mark read as a letter, a longer name)
+    ("HUFFMAMN", False),
+    ("HUFFMEIER", False),  # another word
+])
+def test_a_zone_name_word_is_not_respelled_from_a_print_that_cannot_decide(printed: str, unsure_print: bool) -> None:
+    line1 = "P<UTOHOFFMAMN<<MARIA".ljust(44, "<")
+    unsure = {line1: (line1.index("MAMN") + 2, 0.6)}
+    if unsure_print:
+        unsure[printed] = (6, 0.7)
+    r = read_document(sure_letters(page("PASSPORT", "Surname", printed, "Given names", "MARIA", line1, TD3[1]),
+                                   unsure), TODAY)
+    assert r.fields["name"] in ("HOFFMAMN MARIA", None)
+    assert "cross.name_respelled_as_printed" not in r.check_failures
 
 
 def test_a_number_repaired_by_its_own_check_digit_is_confirmed_only_by_the_page() -> None:

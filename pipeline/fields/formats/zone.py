@@ -23,6 +23,8 @@ from datetime import date
 from statistics import mean
 from typing import Sequence
 
+from rapidfuzz.distance import Levenshtein
+
 from pipeline.fields.dates import parse_printed_dates
 from pipeline.fields.formats.registry import FormatDefaults
 from pipeline.fields.lines import OcrLine, filler_rich, fold, zone_boxes_of
@@ -36,6 +38,15 @@ from pipeline.fields.printed_zone import label_kind, printed_name, unlabelled_nu
 _SAME_NAME_RATIO = 0.8
 # Passed (in `checks`) when the name is the printed one because it continues the zone's (`_printed_extension`).
 NAME_EXTENDED_CHECK = "cross.name_printed_extends_mrz"
+# Failed (a disagreement) when the name is the zone's respelled as the page prints it (`_respelled_as_printed`).
+NAME_RESPELLED_CHECK = "cross.name_respelled_as_printed"
+# A zone name word and a printed word this alike may be one word, one side misread (TAOHAIK / TAOHAN, a blurred
+# N read as IK); the recogniser's letter probabilities say which side: unsure of a zone letter (below
+# `_UNSURE_LETTER`) and sure of every printed one (at least `_SURE_LETTER`).
+_RESPELL_RATIO = 0.75
+_UNSURE_LETTER = 0.8
+_SURE_LETTER = 0.9
+_DIGITS_AS_LETTERS = str.maketrans("012568", "OIZSGB")  # as the zone decoder reads a name line's digits
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +87,8 @@ class ZoneFormat(FormatDefaults):
     expiry_cross_checked = False  # the expiry has no check digit of its own: the printed expiry must agree
     refuting_checks = {"mrz.number": "id_number"}
     # the zone and the printed zone disagree on the field
-    disagreements = {"cross.name_mrz_vs_viz": "name", "cross.number_mrz_vs_viz": "id_number",
-                     "cross.expiry_mrz_vs_viz": "expiry_date"}
+    disagreements = {"cross.name_mrz_vs_viz": "name", NAME_RESPELLED_CHECK: "name",
+                     "cross.number_mrz_vs_viz": "id_number", "cross.expiry_mrz_vs_viz": "expiry_date"}
 
     def find_zone(self, rows: list[str], today: date) -> ZoneFields | None:
         raise NotImplementedError
@@ -115,6 +126,7 @@ def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | N
     if not any(c.startswith("mrz.") for c in checks + failures):
         return None
     name_source = "mrz.name_debris" if NAME_FILLERS_CHECK in failures else \
+        "mrz.name_respelled" if NAME_RESPELLED_CHECK in failures else \
         "mrz.name_printed_longer" if NAME_EXTENDED_CHECK in checks else \
         "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz")
     return {"name": name_source,
@@ -128,7 +140,7 @@ def read_zone(fmt: ZoneFormat, zone: ZoneFields, page: Page, b: Builder) -> None
     zone_boxes = zone_boxes_of(page.lines)
     seeds = [x for x in zone_boxes if filler_rich(x)]
     evidence = _Evidence(b, mean(x.score for x in seeds) if seeds else mean(x.score for x in page.lines),
-                         [x for x in page.lines if x not in zone_boxes])
+                         [x for x in page.lines if x not in zone_boxes], zone_boxes)
     b.checks += zone.checks_passed
     b.failures += zone.checks_failed
     # a check digit proved a character of this zone misread: its name, which no digit covers, is kept only
@@ -142,11 +154,13 @@ def read_zone(fmt: ZoneFormat, zone: ZoneFields, page: Page, b: Builder) -> None
 @dataclass(slots=True)
 class _Evidence:
     """What the zone's fields are weighed with: `base`, the zone's recognition score (its filler-rich boxes,
-    else the page's); `printed_boxes`, every box outside the zone (the zone never confirms itself)."""
+    else the page's); `printed_boxes`, every box outside the zone (the zone never confirms itself);
+    `zone_boxes`, the zone's own."""
 
     b: Builder
     base: float
     printed_boxes: list[OcrLine]
+    zone_boxes: list[OcrLine]
 
     def cross(self, check: str, agrees: bool, disagrees: bool) -> float:
         """Record a cross-check; the factor it puts on the field's confidence."""
@@ -196,6 +210,11 @@ def _read_name(zone: ZoneFields, page: Page, ev: _Evidence, *, misread: bool) ->
             b.unreadable("name")
         elif misread and not agrees:  # a zone proven misread, its name printed nowhere else on the page
             b.unreadable("name")
+        elif not agrees and (respelled := _respelled_as_printed(name, ev.zone_boxes, ev.printed_boxes)):
+            # the zone line misread letters the page prints surely: the printed spelling is the better reading,
+            # and a disagreement all the same (`disagreements`), so a person confirms it
+            b.failures.append(NAME_RESPELLED_CHECK)
+            b.present("name", respelled, base * UNCHECKED_NAME)
         else:
             factor = ev.cross("cross.name_mrz_vs_viz", agrees, disagrees)
             b.present("name", name, base * factor * (1.0 if agrees else UNCHECKED_NAME))
@@ -330,6 +349,82 @@ def _unprinted_tail(name: str, printed_words: set[str]) -> bool:
     while kept and words[kept - 1] not in printed_words:
         kept -= 1
     return 0 < kept < len(words) and set(words[:kept]) <= printed_words
+
+
+def _respelled_as_printed(name: str, zone_boxes: Sequence[OcrLine], printed_boxes: Sequence[OcrLine]) -> str | None:
+    """The zone's name with each word the page does not print spelled as the printed word it misreads; None
+    unless every such word has exactly one.
+
+    A printed word (or two adjacent words of one box: a filler between surname parts read as a letter, VANIDER
+    for VAN DER) is the zone word misread when the two are alike (`_RESPELL_RATIO`), the recogniser was sure of
+    every printed letter (`_SURE_LETTER`), and every place where the spellings differ holds a zone letter it was
+    unsure of (`_UNSURE_LETTER`; a letter the print has and the zone lacks, one beside it). Both sure (a misprint
+    on one side, ERIKKSON / ERIKSSON) decides nothing; nor does a print that differs where the zone was sure (a
+    mark beside the surname read as a letter, a longer name: `_printed_extension` and the closed-name rule settle
+    those)."""
+    printed = _scored_printed_words(printed_boxes)
+    singles = {w for w, _ in printed if " " not in w}
+    out, changed = [], False
+    for word in name.split():
+        if word in singles:
+            out.append(word)
+            continue
+        letters = _zone_word_letters(word, zone_boxes)
+        found = {w for w, sure in printed
+                 if sure >= _SURE_LETTER and letters and _misread_of(word, letters, w.replace(" ", ""))}
+        if len(found) != 1:
+            return None
+        out.append(found.pop())
+        changed = True
+    return " ".join(out) if changed else None
+
+
+def _misread_of(zone_word: str, letters: Sequence[float], printed: str) -> bool:
+    """Whether `printed` may be what the zone word (`letters`: the recogniser's probability of each of its
+    letters) misreads: alike, and where the fewest edits turn one into the other, the recogniser was unsure of
+    the zone: each run of adjacent zone letters they change or drop holds a letter it was unsure of (a blurred N
+    read as IK: the I unsure, the K, a filler's look-alike, read surely), and a letter they insert sits beside
+    one."""
+    if len(zone_word) < 3 or len(printed) < 3 or \
+            difflib.SequenceMatcher(None, zone_word, printed).ratio() < _RESPELL_RATIO:
+        return False
+    edits = Levenshtein.editops(zone_word, printed)
+    runs: list[list[int]] = []
+    for i in sorted(op.src_pos for op in edits if op.tag != "insert"):
+        if runs and i - runs[-1][-1] == 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    beside = [[k for k in (op.src_pos - 1, op.src_pos) if 0 <= k < len(zone_word)] for op in edits
+              if op.tag == "insert"]
+    return all(min(letters[k] for k in run) < _UNSURE_LETTER for run in runs + beside)
+
+
+def _scored_printed_words(printed_boxes: Sequence[OcrLine]) -> list[tuple[str, float]]:
+    """The name words printed in capitals outside the zone, and each pair of adjacent ones in a box (joined by a
+    space), with the recogniser's least probability among their letters (0 where it gave none)."""
+    out: list[tuple[str, float]] = []
+    for box in printed_boxes:
+        if box.text != box.text.upper() or not looks_like_name(box.text):
+            continue
+        scored = len(box.char_scores) == len(box.text)
+        words = []
+        for m in re.finditer(r"[^\W\d_]+", box.text):
+            letters = box.char_scores[m.start():m.end()] if scored else ()
+            words.append((fold(m.group()), min(letters, default=0.0)))
+        out += words
+        out += [(f"{a} {b}", min(sa, sb)) for (a, sa), (b, sb) in zip(words, words[1:])]
+    return out
+
+
+def _zone_word_letters(word: str, zone_boxes: Sequence[OcrLine]) -> tuple[float, ...]:
+    """The recogniser's probability of each letter of a zone name word, from the zone box that holds it (its
+    digits read as the decoder reads them); empty where no box holds it with per-letter probabilities."""
+    for box in zone_boxes:
+        start = box.text.upper().translate(_DIGITS_AS_LETTERS).find(word)
+        if start >= 0 and len(box.char_scores) == len(box.text):
+            return tuple(box.char_scores[start:start + len(word)])
+    return ()
 
 
 def _one_letter_lost(short: str, long: str) -> bool:
