@@ -122,9 +122,9 @@ def read_rows(pixels: np.ndarray, rows: Sequence[Row], recognise: Recognise, *, 
         for img in variants(strip(pixels, row)).values():
             turns = (img, np.ascontiguousarray(img[::-1, ::-1])) if both_ways else (img,)
             for turned in turns:
-                text, score = recognise(turned)
-                if text:
-                    out.append(Read(text, score, row))
+                read = recognise(turned)
+                if read.text:
+                    out.append(Read(read.text, read.score, row))
     return out
 
 

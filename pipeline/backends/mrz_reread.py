@@ -19,13 +19,26 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import cv2
 import numpy as np
 
 from pipeline.fields.document import OcrLine
 
-Recognise = Callable[[np.ndarray], tuple[str, float]]  # one BGR line image -> (text, score)
+
+
+class Recognised(NamedTuple):
+    """One line image recognised: its text, score and the probability of each character (empty when the
+    recogniser gave not one per character), as a first-pass box has them, so a re-read line is judged by the
+    same rules."""
+
+    text: str
+    score: float
+    char_scores: tuple[float, ...] = ()
+
+
+Recognise = Callable[[np.ndarray], Recognised]  # one BGR line image -> what it reads
 
 _LONGEST_LINE = 44  # characters in a TD3 / MRV-A line
 ROW_HEIGHT = 64  # px: each line strip is warped to this height (the recogniser's input is 48 px high)
@@ -326,18 +339,18 @@ def _read_rows(pixels: np.ndarray, rows: list[Row], recognise: Recognise) -> Ite
     for name in strips[0]:
         found = []
         for i, row in enumerate(rows):
-            text, score = recognise(strips[i][name])
-            if text:
-                found.append(OcrLine(text, score, row.box))
-                per_row[i].append((text, score))
+            read = recognise(strips[i][name])
+            if read.text:
+                found.append(OcrLine(read.text, read.score, row.box, read.char_scores))
+                per_row[i].append(read)
         yield Reading(name, found)
     voted = []
-    for row, texts in zip(rows, per_row):
-        if not texts:
+    for row, reads in zip(rows, per_row):
+        if not reads:
             continue
-        counts = Counter(t for t, _ in texts)
-        text, score = max(texts, key=lambda ts: (counts[ts[0]], ts[1]))
-        voted.append(OcrLine(text, score * counts[text] / len(texts), row.box))
+        counts = Counter(r.text for r in reads)
+        best = max(reads, key=lambda r: (counts[r.text], r.score))
+        voted.append(OcrLine(best.text, best.score * counts[best.text] / len(reads), row.box, best.char_scores))
     yield Reading("vote", voted)
     yield from _without_crosshair(rows, cut, strips, recognise)
 
@@ -353,9 +366,9 @@ def _without_crosshair(rows: list[Row], cut: list[np.ndarray], strips: list[dict
         return
     found = []
     for row, image, variant in zip(rows, painted, strips):
-        text, score = recognise(image if image is not None else variant["flat"])
-        if text:
-            found.append(OcrLine(text, score, row.box))
+        read = recognise(image if image is not None else variant["flat"])
+        if read.text:
+            found.append(OcrLine(read.text, read.score, row.box, read.char_scores))
     yield Reading("nocross", found)
 
 
@@ -379,9 +392,9 @@ def reread_turned(pixels: np.ndarray, recognise: Recognise) -> Iterator[Reading]
         turned = np.ascontiguousarray(np.rot90(pixels, turn))
         rows = _refined(turned, locate_rows_by_shape(turned), 2.5)
         if rows:
-            text, score = recognise(variants(strip(turned, max(rows, key=lambda r: r.half_width)))["clahe"])
-            if is_mrz_like(text):
-                found.append((score, turn, turned, rows))
+            probe = recognise(variants(strip(turned, max(rows, key=lambda r: r.half_width)))["clahe"])
+            if is_mrz_like(probe.text):
+                found.append((probe.score, turn, turned, rows))
     if not found:
         return iter(())
     _, turn, turned, rows = max(found, key=lambda f: f[0])

@@ -107,9 +107,9 @@ def recognised(boxes: Sequence[OcrLine], images: Sequence[dict[str, np.ndarray]]
     score; boxes read as nothing are left out."""
     out = {}
     for box, imgs in zip(boxes, images):
-        text, score = recognise(imgs[variant])
-        if text.strip():
-            out[box] = OcrLine(text, score, box.box)
+        read = recognise(imgs[variant])
+        if read.text.strip():
+            out[box] = OcrLine(read.text, read.score, box.box, read.char_scores)
     return out
 
 

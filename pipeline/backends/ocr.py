@@ -64,12 +64,14 @@ def _recogniser():  # noqa: ANN202
     return engine
 
 
-def recognise_line(bgr: np.ndarray) -> tuple[str, float]:
-    """Text and score of one line image (BGR)."""
-    result = _recogniser()(bgr)
+def recognise_line(bgr: np.ndarray) -> mrz_reread.Recognised:
+    """Text, score and per-character probabilities of one line image (BGR)."""
+    result = _recogniser()(bgr, return_word_box=True)
     if not result.txts:
-        return "", 0.0
-    return result.txts[0], float(result.scores[0])
+        return mrz_reread.Recognised("", 0.0)
+    text = result.txts[0]
+    words = result.word_results[0] if result.word_results else None
+    return mrz_reread.Recognised(text, float(result.scores[0]), rapidocr_stages.char_scores(text, words))
 
 
 def ocr_lines(pixels: np.ndarray) -> list[OcrLine]:

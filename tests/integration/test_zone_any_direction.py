@@ -73,10 +73,10 @@ def test_a_page_without_a_turned_zone_costs_two_recognitions_at_most():
     render = _passport(35)
     calls: list[str] = []
 
-    def recognise(img: np.ndarray) -> tuple[str, float]:
-        text, score = recognise_line(img)
-        calls.append(text)
-        return text, score
+    def recognise(img: np.ndarray) -> mrz_reread.Recognised:
+        read = recognise_line(img)
+        calls.append(read.text)
+        return read
 
     assert not list(mrz_reread.reread_turned(np.asarray(render.image.convert("RGB")), recognise))
     assert len(calls) <= 2
