@@ -27,7 +27,6 @@ import numpy as np
 from pipeline.fields.document import OcrLine
 
 
-
 class Recognised(NamedTuple):
     """One line image recognised: its text, score and the probability of each character (empty when the
     recogniser gave not one per character), as a first-pass box has them, so a re-read line is judged by the
