@@ -4,9 +4,9 @@ Prefect's SIGTERM handler raises `TerminationSignal` in whatever Python code the
 lands. Under asyncio that is often a callback: a socket's `data_received`, a worker thread's result handed back
 to the loop. asyncio logs and drops any exception a callback raises other than `SystemExit` and
 `KeyboardInterrupt`, so a signal landing there would be lost: the run would go on, and the HTTP response whose
-data it interrupted could hang until the client's timeout. Inside a body wrapped in `stops_on_sigterm` the handler only asks the loop
-to cancel the body's task; the body unwinds through its `finally` blocks (parts written, leases released) and
-leaves with `TerminationSignal`, which Prefect's engine handles as before: the run is marked Crashed, or
+data it interrupted could hang until the client's timeout. Inside a body wrapped in `stops_on_sigterm` the
+handler only asks the loop to cancel the body's task; the body unwinds through its `finally` blocks (parts
+written, leases released) and leaves with `TerminationSignal`, which Prefect's engine handles as before: the run is marked Crashed, or
 Cancelled when a runner sent the signal to cancel it.
 """
 

@@ -366,7 +366,9 @@ def parse(lines: Sequence[str], today: date) -> MrzResult | None:
 
 _FILLER_LOOKALIKES = str.maketrans({c: "<" for c in "«‹＜〈(<[{>≤Λ∧"})
 _TO_DIGIT = str.maketrans("OQDIZSGB", "00012568")
-_TO_ALPHA = str.maketrans("012568]", "OIZSGBJ")  # "]": a J with its top bar lost (NOVAK<<]AN)
+# A letter field's characters read as digits (or "]": a J with its top bar lost, NOVAK<<]AN), as the decoder reads
+# them; one character for one, so positions (and per-character probabilities) still line up.
+TO_ALPHA = str.maketrans("012568]", "OIZSGBJ")
 # '|' is no MRZ character; before a document code (then a letter or filler) it is a stroke, not text. Not before a
 # filler: "|<UTO" is an ID card's "I<UTO". A re-read strip that caught the card's edge may begin with a run of
 # them, a speck among the strokes ("||||m||P<AUS...").
@@ -403,7 +405,7 @@ def repair_chars(line: str, classes: str) -> str:
         if k in "dn":
             c = "<" if c == "K" else c.translate(_TO_DIGIT)
         elif k in "aN":
-            c = c.translate(_TO_ALPHA)
+            c = c.translate(TO_ALPHA)
         out.append(c)
     text = "".join(out)
     for m in re.finditer(r"o+", classes):

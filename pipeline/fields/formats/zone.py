@@ -28,7 +28,7 @@ from rapidfuzz.distance import Levenshtein
 from pipeline.fields.dates import parse_printed_dates
 from pipeline.fields.formats.registry import FormatDefaults
 from pipeline.fields.lines import OcrLine, filler_rich, fold, zone_boxes_of
-from pipeline.fields.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK, check_blind
+from pipeline.fields.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK, TO_ALPHA, check_blind
 from pipeline.fields.names import looks_like_name
 from pipeline.fields.page import CHECK_FAILED, CROSS_DISAGREES, HEURISTIC, UNCHECKED_NAME, Builder, DocumentType, Page
 from pipeline.fields.printed_zone import label_kind, printed_name, unlabelled_number
@@ -46,7 +46,6 @@ NAME_RESPELLED_CHECK = "cross.name_respelled_as_printed"
 _RESPELL_RATIO = 0.75
 _UNSURE_LETTER = 0.8
 _SURE_LETTER = 0.9
-_DIGITS_AS_LETTERS = str.maketrans("012568", "OIZSGB")  # as the zone decoder reads a name line's digits
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +209,7 @@ def _read_name(zone: ZoneFields, page: Page, ev: _Evidence, *, misread: bool) ->
             b.unreadable("name")
         elif misread and not agrees:  # a zone proven misread, its name printed nowhere else on the page
             b.unreadable("name")
-        elif not agrees and (respelled := _respelled_as_printed(name, ev.zone_boxes, ev.printed_boxes)):
+        elif not agrees and (respelled := _respelled_as_printed(name, words, ev.zone_boxes, ev.printed_boxes)):
             # the zone line misread letters the page prints surely: the printed spelling is the better reading,
             # and a disagreement all the same (`disagreements`), so a person confirms it
             b.failures.append(NAME_RESPELLED_CHECK)
@@ -351,9 +350,10 @@ def _unprinted_tail(name: str, printed_words: set[str]) -> bool:
     return 0 < kept < len(words) and set(words[:kept]) <= printed_words
 
 
-def _respelled_as_printed(name: str, zone_boxes: Sequence[OcrLine], printed_boxes: Sequence[OcrLine]) -> str | None:
-    """The zone's name with each word the page does not print spelled as the printed word it misreads; None
-    unless every such word has exactly one.
+def _respelled_as_printed(name: str, printed_words: set[str], zone_boxes: Sequence[OcrLine],
+                          printed_boxes: Sequence[OcrLine]) -> str | None:
+    """The zone's name with each word the page does not print (`printed_words`, those that confirm a zone name)
+    spelled as the printed word it misreads; None unless every such word has exactly one.
 
     A printed word (or two adjacent words of one box: a filler between surname parts read as a letter, VANIDER
     for VAN DER) is the zone word misread when the two are alike (`_RESPELL_RATIO`), the recogniser was sure of
@@ -363,10 +363,9 @@ def _respelled_as_printed(name: str, zone_boxes: Sequence[OcrLine], printed_boxe
     mark beside the surname read as a letter, a longer name: `_printed_extension` and the closed-name rule settle
     those)."""
     printed = _scored_printed_words(printed_boxes)
-    singles = {w for w, _ in printed if " " not in w}
     out, changed = [], False
     for word in name.split():
-        if word in singles:
+        if word in printed_words:
             out.append(word)
             continue
         letters = _zone_word_letters(word, zone_boxes)
@@ -421,7 +420,7 @@ def _zone_word_letters(word: str, zone_boxes: Sequence[OcrLine]) -> tuple[float,
     """The recogniser's probability of each letter of a zone name word, from the zone box that holds it (its
     digits read as the decoder reads them); empty where no box holds it with per-letter probabilities."""
     for box in zone_boxes:
-        start = box.text.upper().translate(_DIGITS_AS_LETTERS).find(word)
+        start = box.text.upper().translate(TO_ALPHA).find(word)
         if start >= 0 and len(box.char_scores) == len(box.text):
             return tuple(box.char_scores[start:start + len(word)])
     return ()
