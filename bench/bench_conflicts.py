@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.datamodel import FIELD_NAMES  # noqa: E402
 from pipeline.review.conflicts import find_conflicts, run_conflicts  # noqa: E402
-from pipeline.store import RESULT_SCHEMA, RESULTS, write_part  # noqa: E402
+from pipeline.store.parquet import RESULT_SCHEMA, RESULTS, write_part  # noqa: E402
 
 
 def fill(out: Path, rows: int, parts: int, shared: int) -> None:

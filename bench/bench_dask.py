@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # synth/ is not an installed package
 
-from pipeline.store import RESULTS, read_table  # noqa: E402
+from pipeline.store.parquet import RESULTS, read_table  # noqa: E402
 
 
 async def one_run(folder: Path, out: Path, dask: str | None, batch_size: int,

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.backends.factory import make_backend
-from pipeline.config import PrepareSettings, Settings
-from pipeline.containers import ContainerError
+from pipeline.extract.factory import make_backend
+from pipeline.settings import PrepareSettings, Settings
+from pipeline.ingest.containers import ContainerError
 from pipeline.datamodel import DocumentRef
-from pipeline.engine import Engine
-from pipeline.ingest import Discovery
+from pipeline.run.engine import Engine
+from pipeline.ingest.discover import Discovery
 from pipeline.prepare.load import load_page
 
 

@@ -20,7 +20,7 @@ Figures, per reader:
                     (decode, orientation, budget resize, RapidOCR, MRZ parse, validation: what a run does per
                     page). PassportEye: read_mrz(path) + to_dict() (decode, MRZ box search, Tesseract processes).
   all 3 right       pages whose name, document number and expiry date all equal the manifest's truth on every
-                    pass, compared as `python -m pipeline eval` compares (pipeline.evaluation.normalise: names
+                    pass, compared as `python -m pipeline eval` compares (pipeline.ops.evaluation.normalise: names
                     ignore case, accents, '<' fillers and spacing; numbers ignore case and spaces).
   ratio of medians  PassportEye's median / idflow's median: above 1, idflow is faster per page.
 PassportEye's fields are mapped as: name = surname + " " + names; id_number = number without '<' fillers;
@@ -44,11 +44,11 @@ from typing import Any
 
 from bench_embedded import readable_refs
 
-from pipeline.backends.factory import make_backend
-from pipeline.config import Settings
+from pipeline.extract.factory import make_backend
+from pipeline.settings import Settings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
-from pipeline.engine import Engine
-from pipeline.evaluation import EvalItem, load_manifest, normalise
+from pipeline.run.engine import Engine
+from pipeline.ops.evaluation import EvalItem, load_manifest, normalise
 
 MRZ_DOC_TYPES = frozenset({"passport", "id_card", "visa"})
 WORKER = Path(__file__).resolve().parent / "passporteye_worker.py"

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import Settings  # noqa: E402
+from pipeline.settings import Settings  # noqa: E402
 from tests.support.mistake_server import (MistakeConfig, MistakeRates, MistakeServer,  # noqa: E402
                                           index_manifest)
 from tests.support.chat_server import ServerConfig  # noqa: E402

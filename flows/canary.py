@@ -1,4 +1,4 @@
-"""The drift canary of a nightly run (`pipeline.canary`): read it with the run's settings, publish it, alert.
+"""The drift canary of a nightly run (`pipeline.ops.canary`): read it with the run's settings, publish it, alert.
 
 The result (aggregate only) goes into the `idflow-canary` markdown artifact, `OUT/canary/<flow run id>.json` and
 the nightly run's returned summary. A degraded canary also emits `idflow.canary.degraded` (resource
@@ -20,9 +20,9 @@ from prefect.events import Event
 from prefect.runtime import flow_run
 
 from flows.secrets import with_block_key
-from pipeline.atomic import write_json_atomic
-from pipeline.canary import CANARY_DIR, CANARY_EVENT, CANARY_RESOURCE, CanaryReport, CanarySettings, read_canary
-from pipeline.config import Settings
+from pipeline.store.atomic import write_json_atomic
+from pipeline.ops.canary import CANARY_DIR, CANARY_EVENT, CANARY_RESOURCE, CanaryReport, CanarySettings, read_canary
+from pipeline.settings import Settings
 
 
 def degraded_event(report: CanaryReport, run_id: str, run_name: str | None) -> Event:

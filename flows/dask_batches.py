@@ -1,5 +1,5 @@
 """Dask execution of `extract-folder`: the CPU-heavy stages (load, orient, resize, embedded OCR) on Dask workers,
-through `prefect_dask.DaskTaskRunner`. Each worker runs the same `pipeline.engine.Engine` as the local path, on
+through `prefect_dask.DaskTaskRunner`. Each worker runs the same `pipeline.run.engine.Engine` as the local path, on
 batches of documents.
 
 Why not `flows/distributed.py`: Prefect loads a deployment's entrypoint (`flows/extract.py`) as a script with
@@ -27,10 +27,10 @@ from prefect_dask import DaskTaskRunner
 
 from flows.limits import request_slots
 from flows.secrets import with_block_key
-from pipeline.backends.factory import make_backend
-from pipeline.config import Settings
+from pipeline.extract.factory import make_backend
+from pipeline.settings import Settings
 from pipeline.datamodel import DocumentRef
-from pipeline.engine import Engine, Item, Outcome
+from pipeline.run.engine import Engine, Item, Outcome
 
 LOCAL_PREFIX = "local:"
 

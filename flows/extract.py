@@ -1,6 +1,6 @@
 """The `extract-folder` Prefect flow: a thin scheduler over the plain stages in `pipeline/`.
 
-The flow schedules and publishes; the documents go through `pipeline.engine.Engine` (in this process, or on Dask
+The flow schedules and publishes; the documents go through `pipeline.run.engine.Engine` (in this process, or on Dask
 workers), and the run's bookkeeping is `pipeline.run.session.RunSession`. Discovery is streamed into the engine's
 bounded queues, so memory stays flat however large the folder is. One backend instance serves the whole run, so its
 in-flight cap and circuit breaker hold across the folder; each of the engine's extractors holds one slot of the
@@ -33,19 +33,20 @@ from flows.limits import request_slots
 from flows.run_lease import leased
 from flows.secrets import with_block_key
 from flows.sigterm import stops_on_sigterm
-from pipeline import progress, sources
-from pipeline.backends.factory import make_backend
-from pipeline.config import Settings
-from pipeline.crash_journal import CrashJournal
-from pipeline.engine import Engine, Item, Outcome
-from pipeline.ingest import Discovery, walk
+from pipeline.run import progress
+from pipeline.ingest import sources
+from pipeline.extract.factory import make_backend
+from pipeline.settings import Settings
+from pipeline.store.crash_journal import CrashJournal
+from pipeline.run.engine import Engine, Item, Outcome
+from pipeline.ingest.discover import Discovery, walk
 from pipeline.masking import install_masking, redact
-from pipeline.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
+from pipeline.run.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
 from pipeline.run.batches import BatchCounts, BatchRouter, drive_batches
 from pipeline.review.page import PAGE_KEY, owed_page, page_path, write_page
 from pipeline.review.queue import build_queue
 from pipeline.run.session import Done, OutputWriteError, RunSession, review_stopped_line, storage_problem
-from pipeline.store import FAILURES, RESULTS, read_table
+from pipeline.store.parquet import FAILURES, RESULTS, read_table
 
 def _run_id() -> str:
     """The flow run's id (a full UUID: run ids name Parquet parts, so they must never collide)."""
@@ -86,7 +87,7 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
                          batch_size: int | None = None, force: bool = False, dask: str | None = None,
                          shard: str | None = None, wait_for_lock: bool = True) -> dict[str, Any]:
     """Extract every document under `input_dir` into Parquet under `out_dir`; returns the run summary.
-    `input_dir` is a folder, or a reference to one kept in OUT (`pipeline.sources`: the one `idflow run`
+    `input_dir` is a folder, or a reference to one kept in OUT (`pipeline.ingest.sources`: the one `idflow run`
     registers, or the lasting one an upload event or a nightly run passes), so the folder's name, which can hold
     an ID number, stays out of the flow run's parameters.
 

@@ -21,7 +21,7 @@ made the fixed cost of `idflow run` 11-13 s. This one
   `STARTUP_TIMEOUT_S`, and a server that is not ready is one line naming both settings; loopback is kept out of
   the user's proxy.
 
-Module import is cheap on purpose (standard library and `pipeline.atomic` only): Prefect is imported in
+Module import is cheap on purpose (standard library and `pipeline.store.atomic` only): Prefect is imported in
 `BackgroundServer.wait` by the run, and in `serve` by the server.
 """
 
@@ -47,7 +47,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from pipeline.atomic import write_json_atomic
+from pipeline.store.atomic import write_json_atomic
 
 STARTUP_TIMEOUT_S = 300  # generous: a cold start on a saturated 2-core machine takes over a minute
 TIMEOUT_VAR = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"

@@ -28,11 +28,11 @@ from prefect.runtime import flow_run
 
 from flows.canary import drift_canary
 from flows.extract import extract_folder
-from pipeline.config import Settings
-from pipeline.inbox import Completion, FolderLedger, folder_key, is_text, nightly_markdown, plan_nightly
-from pipeline import sources
+from pipeline.settings import Settings
+from pipeline.ingest.inbox import Completion, FolderLedger, folder_key, is_text, nightly_markdown, plan_nightly
+from pipeline.ingest import sources
 from pipeline.masking import install_masking, redact
-from pipeline.store import readable_path
+from pipeline.store.parquet import readable_path
 
 _UNFINISHED = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED]
 
@@ -40,7 +40,7 @@ _UNFINISHED = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateT
 async def _folders_in_flight(out: Path) -> set[str]:
     """Folders an unfinished `extract-folder` run (e.g. an on-upload run) is working on right now; processing
     them here too would extract the same documents twice in parallel. A run names its folder by a reference
-    (`pipeline.sources`), resolved in `out`; one made for another OUT is another dataset's business."""
+    (`pipeline.ingest.sources`), resolved in `out`; one made for another OUT is another dataset's business."""
     async with get_client() as client:
         runs = await client.read_flow_runs(
             flow_filter=FlowFilter(name=FlowFilterName(any_=[extract_folder.name])),

@@ -1,4 +1,4 @@
-"""The `retry-failures` flow: a thin Prefect wrapper around `pipeline.retry.retry_failures`."""
+"""The `retry-failures` flow: a thin Prefect wrapper around `pipeline.ops.retry.retry_failures`."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from flows.limits import request_slots
 from flows.run_lease import leased
 from flows.secrets import with_block_key
 from flows.sigterm import stops_on_sigterm
-from pipeline.config import Settings
+from pipeline.settings import Settings
 from pipeline.masking import install_masking
-from pipeline.retry import retry_failures as retry_open_failures
+from pipeline.ops.retry import retry_failures as retry_open_failures
 
 
 @flow(name="retry-failures", flow_run_name="retry failures", log_prints=False)

@@ -32,7 +32,7 @@ from prefect.runtime import flow_run
 from prefect.settings import get_current_settings
 from prefect.states import Crashed
 
-from pipeline.held_file import PENDING_SUFFIX, create_held, is_pending, take_if_over, too_young_to_judge
+from pipeline.store.held_file import PENDING_SUFFIX, create_held, is_pending, take_if_over, too_young_to_judge
 
 # A file naming a flow run the current API does not know (one of another server's) is left to a run that talks to
 # that server, but not for ever: after this long it is removed.

@@ -12,7 +12,7 @@ from prefect.blocks.system import Secret
 from pydantic import SecretStr
 
 from pipeline.api_keys import clean_api_key
-from pipeline.config import Settings
+from pipeline.settings import Settings
 
 KEY_BLOCK_ENV = "IDFLOW_OPENAI_KEY_BLOCK"
 

@@ -30,15 +30,15 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.context import get_run_context
 from prefect.deployments import run_deployment
 
-from pipeline.atomic import write_json_atomic
-from pipeline.config import Settings
+from pipeline.store.atomic import write_json_atomic
+from pipeline.settings import Settings
 from pipeline.datamodel import Skipped
-from pipeline.ingest import Discovery
+from pipeline.ingest.discover import Discovery
 from pipeline.masking import install_masking
-from pipeline.report import summary_markdown
+from pipeline.run.report import summary_markdown
 from pipeline.run.session import Done, RunSession
-from pipeline.tally import RunTally
-from pipeline.store import RUNS
+from pipeline.run.tally import RunTally
+from pipeline.store.parquet import RUNS
 
 SHARDS = "shards"
 DEFAULT_SHARD_SIZE = 2000  # files per shard: minutes of work on one machine, a few hundred shards a night

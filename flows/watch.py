@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline.atomic import write_json_atomic
-from pipeline.inbox import Completion, folder_key, is_text, read_json, upload_folder_of, upload_folders
+from pipeline.store.atomic import write_json_atomic
+from pipeline.ingest.inbox import Completion, folder_key, is_text, read_json, upload_folder_of, upload_folders
 from pipeline.masking import redact
-from pipeline.sources import folder_reference
-from pipeline.store import readable_path
+from pipeline.ingest.sources import folder_reference
+from pipeline.store.parquet import readable_path
 
 UPLOAD_EVENT = "idflow.upload.ready"
 RESOURCE_PREFIX = "idflow.upload."
@@ -39,7 +39,7 @@ Emit = Callable[[Path], None]
 
 
 def event_id(reference: str) -> uuid.UUID:
-    """The same folder (its reference, `pipeline.sources.folder_reference`) always gets the same event id, so a
+    """The same folder (its reference, `pipeline.ingest.sources.folder_reference`) always gets the same event id, so a
     re-send after a crash is recognised as a repeat."""
     return uuid.uuid5(_EVENT_NAMESPACE, reference)
 
@@ -142,7 +142,7 @@ def prefect_emitter(out_dir: Path) -> Emit:
     """An `Emit` that POSTs `idflow.upload.ready` to the Prefect API and waits for it to be accepted.
 
     The event carries the folder masked (`path`, for the Event Feed) and the reference the on-upload run resolves
-    from `out_dir` (`ref`, `pipeline.sources.folder_reference`): a folder's name can hold an ID number, and an
+    from `out_dir` (`ref`, `pipeline.ingest.sources.folder_reference`): a folder's name can hold an ID number, and an
     event's payload becomes the flow run's parameters. A plain HTTP POST rather than `emit_event`, whose
     background sender gives no delivery confirmation.
     """

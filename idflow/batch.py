@@ -1,6 +1,6 @@
 """`idflow batch export|import`: OpenAI Batch JSONL files for `vllm run-batch` or a provider's batch API.
 
-Thin: configuration checks and printing; the work is in `pipeline.batch_files`, and an import is stored through
+Thin: configuration checks and printing; the work is in `pipeline.ops.batch_files`, and an import is stored through
 the same run session as every other run. Messages go to stderr.
 """
 
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from idflow.common import config_error, load_settings_pair
-from pipeline.backends.registry import OCR, OPENAI
-from pipeline.config import Settings
+from pipeline.extract.registry import OCR, OPENAI
+from pipeline.settings import Settings
 from pipeline.datamodel import Failure, PreparedImage, Record, Skipped
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def export(
                                                       "else IDFLOW_VLLM_MODEL]")] = None,
 ) -> None:
     """Prepare every page under INPUT_DIR and write one chat request per page in the OpenAI Batch format."""
-    from pipeline.batch_files import export_requests
+    from pipeline.ops.batch_files import export_requests
 
     settings, vllm = _settings()
     if not input_dir.is_dir():
@@ -59,9 +59,9 @@ def export(
 
 async def _prepared_pages(input_dir: Path, settings: Settings) -> AsyncIterator[PreparedImage | Failure]:
     """The engine's prepare stage over the folder (every core); skips (hidden, duplicates) have nothing to export."""
-    from pipeline.backends.factory import make_backend
-    from pipeline.engine import Engine
-    from pipeline.ingest import Discovery
+    from pipeline.extract.factory import make_backend
+    from pipeline.run.engine import Engine
+    from pipeline.ingest.discover import Discovery
 
     async with Engine(settings, make_backend(settings, OCR.name)) as engine:
         async for item in engine.prepared(Discovery(input_dir, settings=settings.prepare).items()):
@@ -79,10 +79,10 @@ def import_(
 ) -> None:
     """Parse and validate every answer; write results and the failure queue as a run would. Pages OUT already
     has a result for are skipped (`already_done`). Exit 0 when every page of the export is accounted for."""
-    from pipeline.batch_files import find_manifest, import_responses, read_manifest, store_import
+    from pipeline.ops.batch_files import find_manifest, import_responses, read_manifest, store_import
     from pipeline.masking import redact
-    from pipeline.output_lock import OutputBusy
-    from pipeline.store import OutputUnreadable
+    from pipeline.store.output_lock import OutputBusy
+    from pipeline.store.parquet import OutputUnreadable
 
     settings, _ = _settings()
     if not file.is_file():
@@ -126,7 +126,7 @@ def import_(
 
 def _validated(outcome: Extraction | Failure, prepared: PreparedImage) -> Record | Failure:
     """The engine's validate stage for one imported answer; a bug there costs that page only, as in a run."""
-    from pipeline.engine import finish, internal_failure
+    from pipeline.run.engine import finish, internal_failure
 
     try:
         return finish(outcome, prepared)

@@ -26,7 +26,7 @@ from rich.progress import (
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline import progress
+from pipeline.run import progress
 from idflow.common import (config_error, console, engine_errors_to_log, holding_output, load_settings,
                            prefect_api, settings_problems)
 from idflow.ops import register as register_ops
@@ -35,15 +35,15 @@ from idflow.review import print_corrections
 from idflow.review import register as register_review
 from idflow.batch import register as register_batch
 from idflow.vllm import register as register_vllm
-from pipeline.backends.registry import BACKEND_NAMES, VLM_NAMES, VLLM_KEY_MISSING, backend_spec, choices, escalates
-from pipeline.config import Settings
-from pipeline.inbox import is_text
+from pipeline.extract.registry import BACKEND_NAMES, VLM_NAMES, VLLM_KEY_MISSING, backend_spec, choices, escalates
+from pipeline.settings import Settings
+from pipeline.ingest.inbox import is_text
 from pipeline.masking import mask_id, mask_name, redact
-from pipeline.report import CONSOLE_COLUMNS, conflicts_line, masked_rows
-from pipeline.store import OutputUnreadable, check_parts, readable_path
+from pipeline.run.report import CONSOLE_COLUMNS, conflicts_line, masked_rows
+from pipeline.store.parquet import OutputUnreadable, check_parts, readable_path
 
 if TYPE_CHECKING:
-    from pipeline.evaluation import EvalItem
+    from pipeline.ops.evaluation import EvalItem
 
 # pretty_exceptions off: an unforeseen error reaches `main`, which prints its traceback masked (typer's own printed
 # file names and values as they are, document numbers inside them too)
@@ -72,7 +72,7 @@ def main() -> None:
 
 @contextmanager
 def progress_bar(label: str) -> Iterator[progress.ProgressSink]:
-    """A transient rich bar fed by `pipeline.progress` reports (done, total)."""
+    """A transient rich bar fed by `pipeline.run.progress` reports (done, total)."""
     with Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task_id = bar.add_task(label, total=None)
@@ -113,7 +113,7 @@ def run(
         raise typer.Exit(0)
     if dask and not all(map(importlib.util.find_spec, ("prefect_dask", "distributed"))):
         raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
-    from pipeline.output_lock import refusal_now
+    from pipeline.store.output_lock import refusal_now
 
     check_parts(out)  # a damaged OUT: one line here, not a failed flow's traceback
     if not wait and (busy := refusal_now(out)):  # the same line as below, without starting Prefect
@@ -125,7 +125,7 @@ def run(
         ready()
 
         async def extract() -> dict:
-            from pipeline import sources
+            from pipeline.ingest import sources
 
             folder = sources.register(out, input_dir)  # under OUT's lock; the folder's name stays out of Prefect
             try:
@@ -168,7 +168,7 @@ def sharded(
 
 
 def print_estimate(input_dir: Path, settings: Settings) -> None:
-    from pipeline.estimate import TYPICAL_COMPLETION_TOKENS, estimate_folder
+    from pipeline.ops.estimate import TYPICAL_COMPLETION_TOKENS, estimate_folder
 
     est = estimate_folder(input_dir, settings)
     max_tokens = settings.openai.max_tokens
@@ -203,8 +203,8 @@ def print_summary(summary: dict) -> None:
 def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
     """The first results (of one run, or all) and the failure queue's current state: each failing document
     once, with its failed attempts (of this run's failures only, when `run_id` is given)."""
-    from pipeline.failure_queue import current_failures
-    from pipeline.store import RESULTS, read_table
+    from pipeline.store.failure_queue import current_failures
+    from pipeline.store.parquet import RESULTS, read_table
 
     results = read_table(out, RESULTS, run_id=run_id)
     if results is not None:
@@ -245,7 +245,7 @@ def _print_partial_summary(summary: dict) -> None:
 @app.command()
 def show(out: Annotated[Path, typer.Argument(help="output folder of a previous run")] = Path("out")) -> None:
     """Print the latest run summary and the first rows of the results and the failure queue."""
-    from pipeline.store import latest_run_summary
+    from pipeline.store.parquet import latest_run_summary
 
     summary = latest_run_summary(out)
     if summary is None:
@@ -261,7 +261,7 @@ def show(out: Annotated[Path, typer.Argument(help="output folder of a previous r
 def labelled_items(manifest: Path, root: Path | None) -> list[EvalItem]:
     """The manifest's documents (`idflow eval`, `idflow calibrate`), or one line and exit 2 when the manifest or a
     file it names is missing."""
-    from pipeline.evaluation import load_manifest
+    from pipeline.ops.evaluation import load_manifest
 
     if not manifest.is_file():
         raise config_error(f"manifest {manifest} not found")
@@ -284,7 +284,7 @@ def eval_(
         help="folder the manifest's paths are relative to (default: the manifest's folder)")] = None,
 ) -> None:
     """Field accuracy, per-condition accuracy, invented values and auto-accept precision on a manifest."""
-    from pipeline.evaluation import evaluate
+    from pipeline.ops.evaluation import evaluate
 
     items = labelled_items(manifest, root)
     settings = load_settings(backend=backend, concurrency=concurrency)
@@ -353,7 +353,7 @@ def calibrate(
 ) -> None:
     """Fit the confidence table of this backend + model + prompt from labelled documents, and store it
     (IDFLOW_CALIBRATION_DIR), so later runs with the same backend, model and prompt can auto-accept."""
-    from pipeline.calibrate import MIN_DOCUMENTS, calibrate as fit_table
+    from pipeline.trust.calibrate import MIN_DOCUMENTS, calibrate as fit_table
 
     items = labelled_items(manifest, root)
     if len(items) < MIN_DOCUMENTS:
@@ -384,9 +384,9 @@ def doctor(
 ) -> None:
     """Three-step check of the model endpoint (text ping, image arrives, sample returns valid JSON)."""
     from pipeline.datamodel import DocumentRef, Failure
-    from pipeline.doctor import doctor as run_doctor
-    from pipeline.doctor import doctor_pool
-    from pipeline.ingest import sha256_file
+    from pipeline.ops.doctor import doctor as run_doctor
+    from pipeline.ops.doctor import doctor_pool
+    from pipeline.ingest.discover import sha256_file
     from pipeline.prepare import prepare_page
 
     try:

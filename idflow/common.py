@@ -22,8 +22,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from pipeline.backends.registry import backend_spec
-from pipeline.config import Settings
+from pipeline.extract.registry import backend_spec
+from pipeline.settings import Settings
 from pipeline.masking import redact
 from pipeline.vllm.settings import VllmSettings
 
@@ -111,9 +111,9 @@ def holding_output(out: Path, start: Callable[[], Awaitable[T]], *, wait: bool, 
     """Run `start()` (a command's flow) holding OUT's lock, taken here before any flow run exists and lent to the
     run session inside the flow; every way OUT stops the run is one line: busy (who holds it; `--wait`), damaged,
     not writable, full (where, how much is kept, what to do), exit 2. A SIGTERM: `stopped_by_signal(what_now)`."""
-    from pipeline.output_lock import OutputBusy, OutputUnwritable, hold_output
+    from pipeline.store.output_lock import OutputBusy, OutputUnwritable, hold_output
     from pipeline.run.session import OutputWriteError, storage_problem, what_to_do
-    from pipeline.store import OutputUnreadable
+    from pipeline.store.parquet import OutputUnreadable
 
     def waiting(message: str) -> None:
         console.print(escape(redact(message)), soft_wrap=True)

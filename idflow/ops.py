@@ -16,8 +16,8 @@ from typing import Annotated, Optional
 import typer
 
 from idflow.common import config_error, console, load_settings
-from pipeline.backends.registry import BACKEND_NAMES, choices
-from pipeline.inbox import DEFAULT_MARKER, Completion
+from pipeline.extract.registry import BACKEND_NAMES, choices
+from pipeline.ingest.inbox import DEFAULT_MARKER, Completion
 
 InboxOption = Annotated[Optional[Path], typer.Option("--inbox", envvar="IDFLOW_INBOX",
                                                      help="upload root: one subfolder per upload")]

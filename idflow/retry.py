@@ -9,7 +9,7 @@ import typer
 
 from idflow.common import (config_error, console, engine_errors_to_log, holding_output, load_settings,
                            prefect_api)
-from pipeline.backends.registry import BACKEND_NAMES, choices
+from pipeline.extract.registry import BACKEND_NAMES, choices
 
 
 def retry(
@@ -26,8 +26,8 @@ def retry(
     internal errors once). Exit 0 when the retry ran, 2 when OUT is busy or the configuration is wrong."""
     from rich.table import Table
 
-    from pipeline.output_lock import refusal_now
-    from pipeline.store import check_parts
+    from pipeline.store.output_lock import refusal_now
+    from pipeline.store.parquet import check_parts
 
     if not (out / "failures").is_dir():
         raise config_error(f"no failure queue in {out}")

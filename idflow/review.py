@@ -32,7 +32,7 @@ def review(
     not decided by a person yet, with pictures."""
     if not out.is_dir():
         raise config_error(f"output folder {out} does not exist")
-    from pipeline.store import check_parts
+    from pipeline.store.parquet import check_parts
 
     check_parts(out)  # a damaged OUT: one line (main prints it), not a failed review flow's traceback
     if interactive:

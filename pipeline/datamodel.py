@@ -195,7 +195,7 @@ class Extraction:
     rotation_correction: int = 0
     # Present field -> its evidence class, where the backend names it (a VLM answer's; else the checks decide).
     evidence: dict[str, str] = field(default_factory=dict)
-    # The calibration table that scored the confidences (`pipeline.calibration`: key and hash); None: unknown.
+    # The calibration table that scored the confidences (`pipeline.trust.table`: key and hash); None: unknown.
     calibration: str | None = None
 
 

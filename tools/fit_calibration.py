@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""Refit the confidence calibration table (pipeline/calibration_table.json) on tuning manifests.
+"""Refit the confidence calibration table (pipeline/trust/calibration_table.json) on tuning manifests.
 
     python tools/make_samples.py /tmp/e101 --set eval --count 300 --seed 101
     python tools/make_samples.py /tmp/h101 --set hard --count 240 --seed 101
     python tools/fit_calibration.py /tmp/e101/manifest.json /tmp/h101/manifest.json \\
-        --observations data/calibration_observations.jsonl --out pipeline/calibration_table.json
+        --observations data/calibration_observations.jsonl --out pipeline/trust/calibration_table.json
     python tools/fit_calibration.py --from-observations data/calibration_observations.jsonl --reclass \\
-        --out pipeline/calibration_table.json        # after a change to the evidence classes: no OCR
+        --out pipeline/trust/calibration_table.json        # after a change to the evidence classes: no OCR
 
 Tuning seeds are 101-120, for both `--set eval` and `--set hard`; every other seed is for evaluation. The
 observations of the shipped table are committed (`data/calibration_observations.jsonl`: classes, checks, raw
@@ -18,7 +18,7 @@ Every manifest page is prepared and read by the embedded OCR backend *without* c
 field becomes one observation (evidence class with the doc type and checks it comes from, raw score, right or
 wrong: values are never written). Per class, pool-adjacent-violators gives the isotonic step function from raw
 score to the share of right values, each step mapped to the lower end of its 95% Wilson interval
-(`pipeline.calibration_fit`); the script prints and the table stores per class the observations, the right count
+(`pipeline.trust.fit`); the script prints and the table stores per class the observations, the right count
 and the 95% interval. `--observations` appends the observations (JSON lines) page by page, so an interrupted run
 resumes and a refit from them (`--from-observations`, with `--reclass` after a change to the evidence classes)
 needs no OCR as long as the raw readings did not change. The table is keyed for the embedded backend (`key`:
@@ -38,15 +38,15 @@ from typing import TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.backends.ocr import OcrBackend  # noqa: E402
-from pipeline.backends.registry import OCR, ocr_model_id  # noqa: E402
-from pipeline.calibration import Calibration, evidence_class  # noqa: E402
-from pipeline.calibration_fit import fit  # noqa: E402
-from pipeline.confidence_rules import DISAGREEMENT_CAP  # noqa: E402
-from pipeline.config import Settings  # noqa: E402
+from pipeline.extract.ocr.backend import OcrBackend  # noqa: E402
+from pipeline.extract.registry import OCR, ocr_model_id  # noqa: E402
+from pipeline.trust.table import Calibration, evidence_class  # noqa: E402
+from pipeline.trust.fit import fit  # noqa: E402
+from pipeline.trust.rules import DISAGREEMENT_CAP  # noqa: E402
+from pipeline.settings import Settings  # noqa: E402
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure  # noqa: E402
-from pipeline.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise  # noqa: E402
-from pipeline.ingest import sha256_file  # noqa: E402
+from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise  # noqa: E402
+from pipeline.ingest.discover import sha256_file  # noqa: E402
 from pipeline.prepare import prepare_page  # noqa: E402
 
 
@@ -121,7 +121,7 @@ def check(table: Calibration, report: Path) -> EvalReport:
     give with that table shipped (an unreadable field counts 0, an absent one 1, failures are not accepted)."""
     results = []
     for d in json.loads(report.read_text(encoding="utf-8"))["documents_scored"]:
-        capped = set(d.get("disagreeing", []))  # the rule no table overrides (pipeline.confidence_rules)
+        capped = set(d.get("disagreeing", []))  # the rule no table overrides (pipeline.trust.rules)
         conf = min([min(table.confidence(cls, raw), DISAGREEMENT_CAP) if k in capped else table.confidence(cls, raw)
                     for k, (cls, raw) in d["evidence"].items()] +
                    [0.0 if s == "unreadable" else 1.0 for k, s in d["states"].items() if k not in d["evidence"]],
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                          "are not read again")
     ap.add_argument("--reclass", action="store_true",
                     help="redraw every observation's evidence class with the current code before fitting")
-    ap.add_argument("--out", type=Path, default=Path("pipeline/calibration_table.json"))
+    ap.add_argument("--out", type=Path, default=Path("pipeline/trust/calibration_table.json"))
     ap.add_argument("--today", type=date.fromisoformat, default=date.today())
     ap.add_argument("--limit", type=int, default=None, help="read only the first N pages of each manifest")
     args = ap.parse_args(argv)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.config import PrepareSettings
-from pipeline.containers import ContainerError
+from pipeline.settings import PrepareSettings
+from pipeline.ingest.containers import ContainerError
 from pipeline.datamodel import REASON_STAGES, DocumentRef, Failure, PreparedImage, Reason, Stage
 from pipeline.prepare.crop import ANALYSIS_LONG_EDGE, find_document
 from pipeline.prepare.load import VerifiedPage

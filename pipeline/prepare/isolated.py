@@ -1,6 +1,6 @@
 """Prepare one page in a child process, for a page suspected of crashing or hanging the process that prepared it.
 
-Why a child process only for suspects (`pipeline.crash_journal`): a fresh interpreter's imports and model loading
+Why a child process only for suspects (`pipeline.store.crash_journal`): a fresh interpreter's imports and model loading
 make a page cost ~0.8 s instead of ~0.03 s (a sample page, this machine), too much for every page, but a page a
 run died on must not take the next run with it. The child is a new interpreter (`python -m
 pipeline.prepare.isolated`; not a fork: the run has threads and open sessions; not multiprocessing's spawn, which
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from pipeline.config import PrepareSettings
+from pipeline.settings import PrepareSettings
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason
 from pipeline.prepare import prepare_page
 

@@ -23,8 +23,8 @@ import math
 import numpy as np
 from PIL import Image
 
-from pipeline.config import PrepareSettings
-from pipeline.containers import ContainerError, open_page, page_size, read_document
+from pipeline.settings import PrepareSettings
+from pipeline.ingest.containers import ContainerError, open_page, page_size, read_document
 from pipeline.datamodel import DocumentRef, Reason
 from pipeline.prepare.resize import resize_to
 

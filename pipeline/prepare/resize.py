@@ -13,7 +13,7 @@ from collections.abc import Callable
 import cv2
 import numpy as np
 
-from pipeline.config import PrepareSettings
+from pipeline.settings import PrepareSettings
 
 _MIME = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
 

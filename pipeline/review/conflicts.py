@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from pipeline.masking import mask_id
 from pipeline.review.corrections import latest_corrections
-from pipeline.store import RESULTS, read_table
+from pipeline.store.parquet import RESULTS, read_table
 
 CONFLICT_REASON = "number_conflict"
 COMPARED = ("name", "expiry_date")

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from pipeline.datamodel import FIELD_NAMES
-from pipeline.store import RESULT_SCHEMA, done_keys, latest_results, read_dataset, write_part
+from pipeline.store.parquet import RESULT_SCHEMA, done_keys, latest_results, read_dataset, write_part
 from pipeline.validate import field_errors
 
 CORRECTIONS = "corrections"

@@ -16,7 +16,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, Template, select_autoescape
 
 from pipeline.review.queue import ReviewQueue
-from pipeline.store import RUNS
+from pipeline.store.parquet import RUNS
 from pipeline.review.summary import confidence_histogram
 
 REVIEW = "review"

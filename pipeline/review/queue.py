@@ -22,15 +22,15 @@ from typing import Any, Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pipeline.backends.answer_parsing import AnswerError, parse_answer
-from pipeline.config import PrepareSettings
+from pipeline.extract.model.answer_parsing import AnswerError, parse_answer
+from pipeline.settings import PrepareSettings
 from pipeline.datamodel import FIELD_NAMES, Reason
-from pipeline.failure_queue import current_failures, input_dirs
+from pipeline.store.failure_queue import current_failures, input_dirs
 from pipeline.prepare import Orientation
 from pipeline.review.conflicts import CONFLICT_REASON, Conflict, find_conflicts
 from pipeline.review.corrections import latest_corrections
 from pipeline.review.thumbnails import Thumbnail, locate, thumbnail
-from pipeline.store import (FAILURES, RESULTS, RUNS, latest_results, latest_run_summary, read_table, run_input_dir,
+from pipeline.store.parquet import (FAILURES, RESULTS, RUNS, latest_results, latest_run_summary, read_table, run_input_dir,
                             source_file_name)
 
 MAX_PICTURES = 200

@@ -11,9 +11,9 @@ import base64
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.config import PrepareSettings
+from pipeline.settings import PrepareSettings
 from pipeline.datamodel import DocumentRef, Failure
-from pipeline.ingest import sha256_file
+from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import Orientation, cap_long_edge, encode, prepare_page
 
 THUMBNAIL_LONG_EDGE = 480

@@ -26,14 +26,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import Settings
-from pipeline.crash_journal import CrashJournal
+from pipeline.settings import Settings
+from pipeline.store.crash_journal import CrashJournal
 from pipeline.datamodel import Failure, Record, Skipped
-from pipeline.output_lock import hold_output
+from pipeline.store.output_lock import hold_output
 from pipeline.review.conflicts import NO_CONFLICTS, run_conflicts
 from pipeline.review.corrections import not_to_read_again
-from pipeline.store import RunWriter, write_run_summary
-from pipeline.tally import RunTally
+from pipeline.store.parquet import RunWriter, write_run_summary
+from pipeline.run.tally import RunTally
 
 Outcome = Record | Failure | Skipped
 

@@ -23,7 +23,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from pipeline.config import PrepareSettings
+from pipeline.settings import PrepareSettings
 from pipeline.vllm.settings import VllmSettings
 
 KEY_ENV = "VLLM_API_KEY"  # what vLLM reads when --api-key is not given

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
-from pipeline.atomic import write_json_atomic
+from pipeline.store.atomic import write_json_atomic
 from pipeline.vllm.command import ServerSpec
 from pipeline.vllm.settings import PID_FILE, POOL_FILE, STATS_FILE
 from pipeline.vllm.watchdog import LogWatchdog, StartupWatch

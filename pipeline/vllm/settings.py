@@ -1,6 +1,6 @@
 """Settings of the local vLLM pool: how servers are started (`idflow vllm up`) and how the pool routes.
 
-A separate object from `pipeline.config.Settings` so the pool can be configured, launched and tested without
+A separate object from `pipeline.settings.Settings` so the pool can be configured, launched and tested without
 touching the settings every other backend shares; `Settings` may embed it as `vllm: VllmSettings`.
 
 Where the endpoints come from, in order: `IDFLOW_VLLM_ENDPOINTS` (comma-separated base URLs such as

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.backends.answer_parsing import normalised, parse_answer
-from pipeline.backends.openai_compat import OpenAICompatBackend
+from pipeline.extract.model.answer_parsing import normalised, parse_answer
+from pipeline.extract.model.openai_compat import OpenAICompatBackend
 from pipeline.datamodel import Extraction, Failure, Reason, Record
 from pipeline.validate import validate
 from tests.support.chat_server import VALID_ANSWER, ChatServer, ServerConfig

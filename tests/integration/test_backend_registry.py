@@ -21,11 +21,11 @@ import typer
 from pydantic import ValidationError
 
 from idflow.common import load_settings
-from pipeline.backends.factory import make_backend
-from pipeline.backends.registry import (BACKEND_NAMES, REGISTRY, VLLM_KEY_MISSING, VLM_NAMES, backend_spec,
+from pipeline.extract.factory import make_backend
+from pipeline.extract.registry import (BACKEND_NAMES, REGISTRY, VLLM_KEY_MISSING, VLM_NAMES, backend_spec,
                                         find_spec)
-from pipeline.config import SCHEMA_PATH, Settings
-from pipeline.prompts import PROMPT_VERSION
+from pipeline.settings import SCHEMA_PATH, Settings
+from pipeline.extract.model.prompts import PROMPT_VERSION
 from tests.support.paths import REPO
 
 KEY = "sk-registry-test-key"
@@ -151,29 +151,29 @@ def test_the_spec_properties(tmp_path: Path) -> None:
 
 
 def test_the_ocr_reads_both_directions_below_the_classifiers_bar() -> None:
-    from pipeline.backends.ocr import SURE_DIRECTION
+    from pipeline.extract.ocr.backend import SURE_DIRECTION
     from pipeline.prepare.orient import PAGE_MIN_CONFIDENCE
 
     assert SURE_DIRECTION == PAGE_MIN_CONFIDENCE
 
 
 @pytest.mark.parametrize(("backend", "absent", "present"), [
-    ("ocr", ["openai", "httpx", "pipeline.backends.openai_compat"], ["pipeline.backends.ocr"]),
-    ("openai", ["onnxruntime", "rapidocr", "pipeline.backends.ocr"], ["openai"]),
-    ("vllm", ["onnxruntime", "rapidocr", "pipeline.backends.ocr"], ["httpx", "pipeline.backends.vllm_pool"]),
+    ("ocr", ["openai", "httpx", "pipeline.extract.model.openai_compat"], ["pipeline.extract.ocr.backend"]),
+    ("openai", ["onnxruntime", "rapidocr", "pipeline.extract.ocr.backend"], ["openai"]),
+    ("vllm", ["onnxruntime", "rapidocr", "pipeline.extract.ocr.backend"], ["httpx", "pipeline.extract.model.vllm_pool"]),
 ])
 def test_building_a_backend_loads_only_what_it_uses(backend: str, absent: list[str], present: list[str],
                                                     tmp_path: Path) -> None:
     """Loading the settings loads no implementation; building one kind loads nothing of another."""
     script = f"""
 import asyncio, sys
-from pipeline.config import Settings
+from pipeline.settings import Settings
 settings = Settings(backend={backend!r}, openai={{"api_key": "k", "model": "m"}},
                     vllm={{"endpoints": "http://127.0.0.1:9/v1", "model": "m", "api_key": "k"}})
 settings.fingerprint()
-assert not [m for m in sys.modules if m.startswith(("openai", "onnxruntime", "rapidocr", "pipeline.backends.ocr",
-                                                    "pipeline.backends.openai_compat"))], "settings alone"
-from pipeline.backends.factory import make_backend
+assert not [m for m in sys.modules if m.startswith(("openai", "onnxruntime", "rapidocr", "pipeline.extract.ocr.backend",
+                                                    "pipeline.extract.model.openai_compat"))], "settings alone"
+from pipeline.extract.factory import make_backend
 backend = make_backend(settings)
 asyncio.run(backend.aclose())
 print(sorted({{m.split(".")[0] for m in sys.modules}} | set(sys.modules)))

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from pipeline.calibration import Calibration
+from pipeline.trust.table import Calibration
 from tests.support.paths import REPO
 
 

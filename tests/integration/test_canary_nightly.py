@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.canary import CANARY_DIR, CANARY_EVENT
-from pipeline.ingest import sha256_file
-from pipeline.store import RESULTS, RUNS, read_table
+from pipeline.ops.canary import CANARY_DIR, CANARY_EVENT
+from pipeline.ingest.discover import sha256_file
+from pipeline.store.parquet import RESULTS, RUNS, read_table
 from tests.support.paths import REPO
 from tests.support.prefect_server import Stack, prefect_server, wait_for
 

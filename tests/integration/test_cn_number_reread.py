@@ -1,4 +1,4 @@
-"""The PRC number's second reading (pipeline/backends/cn_number_reread.py) on generated thumbnail photos of a
+"""The PRC number's second reading (pipeline/extract/ocr/cn_number_reread.py) on generated thumbnail photos of a
 portrait side (300 px long edge, the card ~6 px digits), with the real RapidOCR models.
 
 The generated pages' numbers are read right by the first pass, so the first pass's failure is made the way it
@@ -15,10 +15,11 @@ import cv2
 import numpy as np
 import pytest
 
-from pipeline.backends import cn_number_reread, page_read
-from pipeline.backends.ocr import recognise_line
-from pipeline.fields import cn_id
-from pipeline.fields.document import OcrLine, read_document
+from pipeline.extract.ocr import cn_number_reread
+from pipeline.extract.ocr import page_read
+from pipeline.extract.ocr.backend import recognise_line
+from pipeline.formats import cn_id
+from pipeline.formats.document import OcrLine, read_document
 from synth import conditions as C
 from synth import render as R
 from synth.identities import random_cn_person

@@ -13,7 +13,7 @@ from pathlib import Path
 from pipeline.review.conflicts import CONFLICT_REASON
 from pipeline.review.page import page_path
 from pipeline.review.queue import build_queue
-from pipeline.store import RUNS
+from pipeline.store.parquet import RUNS
 from synth import render
 from synth.sample_set import sample_people
 from tests.support.idflow_process import idflow, run_env

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.backends.factory import make_backend
-from pipeline.config import PrepareSettings, Settings
-from pipeline.crash_journal import JOURNAL_DIR, CrashJournal, unfinished_keys
+from pipeline.extract.factory import make_backend
+from pipeline.settings import PrepareSettings, Settings
+from pipeline.store.crash_journal import JOURNAL_DIR, CrashJournal, unfinished_keys
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason
-from pipeline.engine import Engine
-from pipeline.held_file import PENDING_GRACE_S
-from pipeline.ingest import Discovery
+from pipeline.run.engine import Engine
+from pipeline.store.held_file import PENDING_GRACE_S
+from pipeline.ingest.discover import Discovery
 from pipeline.prepare import prepare_page
 from pipeline.prepare.isolated import prepare_isolated
 from tests.support import isolation_targets
@@ -29,7 +29,7 @@ from tests.support.paths import REPO
 
 def _run_then_die(out: Path, run_id: str, begun: list[str], ended: list[str]) -> None:
     """A real run process that journals, then is killed by SIGKILL (nothing in Python runs after)."""
-    code = (f"import os, signal\nfrom pathlib import Path\nfrom pipeline.crash_journal import CrashJournal\n"
+    code = (f"import os, signal\nfrom pathlib import Path\nfrom pipeline.store.crash_journal import CrashJournal\n"
             f"j = CrashJournal.open(Path({str(out)!r}), {run_id!r})\n"
             f"for k in {begun!r}: j.begin(k)\nfor k in {ended!r}: j.end(k)\n"
             f"os.kill(os.getpid(), signal.SIGKILL)\n")
@@ -51,7 +51,7 @@ def test_a_dead_runs_unfinished_pages_are_suspects_and_survive_the_next_runs_dea
 
 
 def test_a_live_runs_journal_is_left_alone(tmp_path: Path) -> None:
-    code = ("import sys\nfrom pathlib import Path\nfrom pipeline.crash_journal import CrashJournal\n"
+    code = ("import sys\nfrom pathlib import Path\nfrom pipeline.store.crash_journal import CrashJournal\n"
             f"j = CrashJournal.open(Path({str(tmp_path)!r}), 'live')\nj.begin('x:0')\n"
             "print('ready', flush=True)\nsys.stdin.read()\nj.close()\n")
     live = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -154,7 +154,7 @@ def test_the_engine_prepares_a_suspect_alone_and_the_rest_in_its_threads(sample_
 
 def test_a_hung_child_dies_with_a_run_that_is_killed(sample_dir: Path, tmp_path: Path) -> None:
     ref = _first_page(sample_dir)
-    code = ("import os, sys\nfrom pathlib import Path\nfrom pipeline.config import PrepareSettings\n"
+    code = ("import os, sys\nfrom pathlib import Path\nfrom pipeline.settings import PrepareSettings\n"
             "from pipeline.datamodel import DocumentRef\nfrom pipeline.prepare.isolated import prepare_isolated\n"
             "from tests.support import isolation_targets\n"
             f"ref = DocumentRef(Path({str(ref.path)!r}), {ref.rel_path!r}, {ref.sha256!r})\n"

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config import PrepareSettings
+from pipeline.settings import PrepareSettings
 from pipeline.datamodel import DocumentRef, PreparedImage
-from pipeline.ingest import sha256_file
+from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import prepare_page
 from pipeline.prepare.crop import find_document
 from synth import conditions as C
@@ -77,7 +77,7 @@ def test_prepare_page_keeps_the_flatbed_card_at_scan_resolution(tmp_path: Path) 
     assert max(full.shape[:2]) >= 0.9 * card_w  # the card, not the page, fills the OCR's image
     assert max(prepared.pixels.shape[:2]) <= PrepareSettings().max_long_edge
 
-    from pipeline.backends.ocr import read_page
+    from pipeline.extract.ocr.backend import read_page
 
     reading, _ = read_page(full, TODAY)
     assert reading.fields["id_number"] == rendered.id_number

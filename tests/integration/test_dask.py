@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from flows.limits import ensure_request_limit, request_limit_name
-from pipeline.ingest import skip_reason
-from pipeline.store import FAILURES, RESULTS, read_table
+from pipeline.ingest.discover import skip_reason
+from pipeline.store.parquet import FAILURES, RESULTS, read_table
 from synth.sample_set import build_eval
 from tests.support.prefect_server import Stack, wait_for
 

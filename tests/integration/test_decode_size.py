@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from pipeline.config import PrepareSettings, Settings
-from pipeline.containers import open_page, page_size
+from pipeline.settings import PrepareSettings, Settings
+from pipeline.ingest.containers import open_page, page_size
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason
-from pipeline.estimate import estimate_folder
-from pipeline.ingest import Discovery, sha256_file
+from pipeline.ops.estimate import estimate_folder
+from pipeline.ingest.discover import Discovery, sha256_file
 from pipeline.prepare import FULL_MAX_LONG_EDGE, _working_page, prepare_page
 from pipeline.prepare.crop import find_document
 from pipeline.prepare.load import VerifiedPage, load_page

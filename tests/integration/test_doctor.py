@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 import pytest
 
-from pipeline.config import OpenAISettings, PrepareSettings
-from pipeline.doctor import DoctorReport, doctor
+from pipeline.settings import OpenAISettings, PrepareSettings
+from pipeline.ops.doctor import DoctorReport, doctor
 
 from tests.support.chat_server import ChatServer
 

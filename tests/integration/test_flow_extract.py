@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.crash_journal import JOURNAL_DIR
-from pipeline.store import FAILURES, RESULTS, read_table
+from pipeline.store.crash_journal import JOURNAL_DIR
+from pipeline.store.parquet import FAILURES, RESULTS, read_table
 from tests.support.paths import REPO
 
 
@@ -123,7 +123,7 @@ def test_a_page_a_dead_run_was_preparing_is_prepared_alone_and_stored(prefect_ap
     page = inbox / Path(good["path"]).name
     shutil.copy(sample_dir / good["path"], page)
     key = f"{hashlib.sha256(page.read_bytes()).hexdigest()}:0"
-    code = ("import os, signal\nfrom pathlib import Path\nfrom pipeline.crash_journal import CrashJournal\n"
+    code = ("import os, signal\nfrom pathlib import Path\nfrom pipeline.store.crash_journal import CrashJournal\n"
             f"CrashJournal.open(Path({str(out)!r}), 'dead').begin({key!r})\nos.kill(os.getpid(), signal.SIGKILL)\n")
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=120).returncode == -signal.SIGKILL
 

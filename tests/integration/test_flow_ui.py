@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from pipeline.store import RESULTS, RUNS
+from pipeline.store.parquet import RESULTS, RUNS
 from tests.support.browser import Browser, BrowserBinaries
 from tests.support.prefect_server import Stack, prefect_server, wait_for
 from tests.support.paths import REPO

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.containers import ContainerError
+from pipeline.ingest.containers import ContainerError
 from pipeline.datamodel import DocumentRef, Reason
-from pipeline.ingest import Discovery
+from pipeline.ingest.discover import Discovery
 from pipeline.prepare.load import load_page
 from tests.support.paths import REPO
 from tests.unit.test_ingest_odd_files import SETTINGS, _png, _png_bytes
@@ -24,7 +24,7 @@ from tests.unit.test_ingest_odd_files import SETTINGS, _png, _png_bytes
 _DISCOVER = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    from pipeline.ingest import Discovery
+    from pipeline.ingest.discover import Discovery
     from pipeline.datamodel import DocumentRef, Skipped
     out = []
     for item in Discovery(Path(sys.argv[1])).items():

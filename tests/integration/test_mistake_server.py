@@ -18,14 +18,14 @@ import httpx
 import openai
 import pytest
 
-from pipeline.backends.openai_compat import OpenAICompatBackend, encode_jpeg, jpeg_data_url
-from pipeline.config import OpenAISettings, Settings
-from pipeline.containers import page_count
+from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg, jpeg_data_url
+from pipeline.settings import OpenAISettings, Settings
+from pipeline.ingest.containers import page_count
 from pipeline.datamodel import DocumentRef, Extraction, PreparedImage
-from pipeline.fields.mrz import parse
-from pipeline.ingest import sha256_file
+from pipeline.formats.mrz import parse
+from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import prepare_page
-from pipeline.prompts import load_prompt
+from pipeline.extract.model.prompts import load_prompt
 from tests.support.chat_server import ServerConfig
 from tests.support.mistake_server import (FIELDS, MistakeConfig, MistakeRates, MistakeServer, PageTruth,
                                           index_manifest)

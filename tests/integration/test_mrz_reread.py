@@ -1,4 +1,4 @@
-"""The MRZ second reading (pipeline/backends/mrz_reread.py) on generated pages whose MRZ position is known.
+"""The MRZ second reading (pipeline/extract/ocr/mrz_reread.py) on generated pages whose MRZ position is known.
 
 Geometry tests need no OCR (they compare found rows with the renderer's own MRZ line boxes); the end-to-end
 tests run the real RapidOCR models on pages where the first pass alone does not decode the MRZ.
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from pipeline.backends import mrz_reread
-from pipeline.backends.ocr import needs_second_reading, read_page
-from pipeline.fields.document import OcrLine, read_document
+from pipeline.extract.ocr import mrz_reread
+from pipeline.extract.ocr.backend import needs_second_reading, read_page
+from pipeline.formats.document import OcrLine, read_document
 from synth import hard as H
 from synth import render as R
 from synth.identities import random_mrz_person
@@ -139,7 +139,7 @@ def test_an_erased_name_line_is_left_to_the_data_line():
 def test_second_reading_only_when_needed():
     """A clean page decodes fully on the first pass and is not re-read."""
     r = _passport(2)
-    from pipeline.backends.ocr import ocr_lines
+    from pipeline.extract.ocr.backend import ocr_lines
 
     first = read_document(ocr_lines(np.asarray(r.image)), TODAY)
     assert first.fields["name"] == r.name

@@ -1,4 +1,4 @@
-"""The printed-name second reading (pipeline/backends/name_reread.py) end to end with the real RapidOCR models, on
+"""The printed-name second reading (pipeline/extract/ocr/name_reread.py) end to end with the real RapidOCR models, on
 generated small captures (thumbnail-size photos: the printed name ~10 px tall) whose first pass misreads the printed
 name, so the zone's name is left unconfirmed."""
 
@@ -7,10 +7,12 @@ from __future__ import annotations
 import random
 from datetime import date
 
-from pipeline.backends import name_reread, ocr, page_read
-from pipeline.config import Settings
+from pipeline.extract.ocr import name_reread
+from pipeline.extract.ocr import backend as ocr
+from pipeline.extract.ocr import page_read
+from pipeline.settings import Settings
 from pipeline.datamodel import DocumentRef
-from pipeline.ingest import sha256_file
+from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import prepare_page
 from synth import conditions as C
 from synth import hard as H

@@ -10,8 +10,8 @@ from datetime import date
 import numpy as np
 import pytest
 
-from pipeline.backends.ocr import read_page
-from pipeline.evaluation import normalise
+from pipeline.extract.ocr.backend import read_page
+from pipeline.ops.evaluation import normalise
 from synth.render_national import render_national
 
 TODAY = date(2026, 12, 4)

@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from pipeline.backends.openai_compat import OpenAICompatBackend, encode_jpeg
-from pipeline.config import OpenAISettings
+from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg
+from pipeline.settings import OpenAISettings
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason
 
 from tests.support.chat_server import VALID_ANSWER, ChatServer, image_sha256

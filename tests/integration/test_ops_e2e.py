@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.inbox import LEDGER_DIR, LEDGER_NAME
-from pipeline.sources import folder_reference, resolve
-from pipeline.store import RESULTS, RUNS
+from pipeline.ingest.inbox import LEDGER_DIR, LEDGER_NAME
+from pipeline.ingest.sources import folder_reference, resolve
+from pipeline.store.parquet import RESULTS, RUNS
 from flows.watch import STATE_NAME
 from tests.support.browser import Browser, BrowserBinaries
 from tests.support.prefect_server import Stack, prefect_server, wait_for

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.output_lock import OutputBusy, hold_output, refusal_now
-from pipeline.store import STALE_TEMP_PART_S
+from pipeline.store.output_lock import OutputBusy, hold_output, refusal_now
+from pipeline.store.parquet import STALE_TEMP_PART_S
 from tests.support.paths import REPO
 
 HOLDER = """
 import asyncio, sys
 from pathlib import Path
-from pipeline.output_lock import hold_output
+from pipeline.store.output_lock import hold_output
 
 async def main():
     async with hold_output(Path(sys.argv[1]), run_id="holder-run", wait=False):

@@ -8,7 +8,7 @@ from datetime import date
 
 import numpy as np
 
-from pipeline.backends.ocr import read_page
+from pipeline.extract.ocr.backend import read_page
 from synth import render as R
 from synth.identities import random_mrz_person
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline.datamodel import REASON_STAGES, Reason
 from pipeline.review.queue import REASON_TEXT
-from pipeline.store import FAILURE_SCHEMA, RESULT_SCHEMA
+from pipeline.store.parquet import FAILURE_SCHEMA, RESULT_SCHEMA
 from tests.support.paths import REPO
 
 ROOT = REPO

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.failure_queue import open_entries
+from pipeline.store.failure_queue import open_entries
 from pipeline.review.corrections import corrected_keys, final_records, read_corrections
-from pipeline.store import RESULTS, read_table
+from pipeline.store.parquet import RESULTS, read_table
 from tests.support.prefect_server import wait_for
 from tests.support.review_data import review_inputs
 from tests.support.paths import REPO

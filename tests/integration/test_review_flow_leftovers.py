@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from pipeline.review.corrections import read_corrections
-from pipeline.store import RESULT_SCHEMA, RESULTS, write_part, write_run_summary
+from pipeline.store.parquet import RESULT_SCHEMA, RESULTS, write_part, write_run_summary
 from pipeline.validate import schema
 from tests.support.prefect_server import wait_for
 from tests.integration.test_review_flow import _answer, _env

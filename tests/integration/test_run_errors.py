@@ -22,9 +22,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.failure_queue import current_failures
-from pipeline.ingest import Discovery
-from pipeline.output_lock import OutputBusy, hold_output
+from pipeline.store.failure_queue import current_failures
+from pipeline.ingest.discover import Discovery
+from pipeline.store.output_lock import OutputBusy, hold_output
 from tests.support.chat_server import ChatServer, ServerConfig
 from tests.support.idflow_process import idflow, no_server_left, run_env, unique_scans
 from tests.support.prefect_server import wait_for
@@ -232,7 +232,7 @@ def test_empty_files_are_a_failure_each_in_discovery_and_in_the_failure_queue(tm
     assert len(items) == 500 and {type(i).__name__ for i in items} == {"Failure"}
     assert {i.reason for i in items} == {"empty_file"} and len({i.rel_path for i in items}) == 500
 
-    from pipeline.store import FAILURE_SCHEMA, RunWriter
+    from pipeline.store.parquet import FAILURE_SCHEMA, RunWriter
 
     writer = RunWriter(tmp_path / "out", "r1", "fp", flush_every=1000)
     for item in items:

@@ -19,7 +19,7 @@ from prefect.settings import PREFECT_HOME, temporary_settings
 from prefect.states import Running
 
 from flows.run_lease import crash_dead_runs, flow_run_lease
-from pipeline.held_file import PENDING_GRACE_S
+from pipeline.store.held_file import PENDING_GRACE_S
 
 LOGGER = logging.getLogger("test-run-lease")
 

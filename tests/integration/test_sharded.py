@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from flows.sharded import Shard, plan_shards, read_shard, run_shard, write_shard
-from pipeline.ingest import Discovery
-from pipeline.tally import RunTally
-from pipeline.store import FAILURES, RESULTS, read_table
+from pipeline.ingest.discover import Discovery
+from pipeline.run.tally import RunTally
+from pipeline.store.parquet import FAILURES, RESULTS, read_table
 from synth.sample_set import build_eval
 from tests.support.prefect_server import BIN, REPO, Stack, prefect_server
 

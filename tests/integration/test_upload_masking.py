@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.sources import folder_reference, resolve
+from pipeline.ingest.sources import folder_reference, resolve
 from tests.support.chat_server import ChatServer, ServerConfig
 from tests.support.idflow_process import unique_scans
 from tests.support.prefect_server import prefect_server, wait_for

@@ -18,10 +18,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.atomic import write_json_atomic
-from pipeline.backends.openai_compat import OpenAICompatBackend
-from pipeline.backends.vllm_pool import VllmPoolBackend
-from pipeline.config import OpenAISettings
+from pipeline.store.atomic import write_json_atomic
+from pipeline.extract.model.openai_compat import OpenAICompatBackend
+from pipeline.extract.model.vllm_pool import VllmPoolBackend
+from pipeline.settings import OpenAISettings
 from pipeline.datamodel import Extraction, Failure, Reason
 from pipeline.vllm import launcher
 from pipeline.vllm.command import ServerSpec

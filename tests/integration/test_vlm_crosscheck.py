@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import CalibrationSettings, OpenAISettings, Settings
-from pipeline.evaluation import EvalReport, evaluate, load_manifest
+from pipeline.settings import CalibrationSettings, OpenAISettings, Settings
+from pipeline.ops.evaluation import EvalReport, evaluate, load_manifest
 
 from tests.support.chat_server import ServerConfig
 from tests.support.idflow_process import REPO

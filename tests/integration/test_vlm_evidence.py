@@ -16,10 +16,10 @@ from typing import Any, Sequence
 import numpy as np
 import pytest
 
-from pipeline.backends.openai_compat import OpenAICompatBackend, encode_jpeg
-from pipeline.config import CalibrationSettings, OpenAISettings
+from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg
+from pipeline.settings import CalibrationSettings, OpenAISettings
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record
-from pipeline.fields.mrz import check_ok
+from pipeline.formats.mrz import check_ok
 from pipeline.validate import validate
 from synth.identities import MRZPerson
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import CalibrationSettings, OpenAISettings, Settings
-from pipeline.evaluation import load_manifest, evaluate
+from pipeline.settings import CalibrationSettings, OpenAISettings, Settings
+from pipeline.ops.evaluation import load_manifest, evaluate
 
 from tests.support.chat_server import ServerConfig
 from tests.support.idflow_process import REPO

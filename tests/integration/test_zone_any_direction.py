@@ -1,5 +1,5 @@
-"""A machine-readable zone at 90° to the page's text (pipeline/backends/mrz_reread.py, the second reading in
-pipeline/backends/ocr.py), on generated pages read by the real models.
+"""A machine-readable zone at 90° to the page's text (pipeline/extract/ocr/mrz_reread.py, the second reading in
+pipeline/extract/ocr/backend.py), on generated pages read by the real models.
 
 A zone crossed by a line from top to bottom (a camera preview's crosshair, a guide frame's side): the second
 reading paints the line out of its strips (`mrz_reread.vertical_rules`).
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from PIL import ImageDraw
 
-from pipeline.backends import mrz_reread
-from pipeline.backends.ocr import read_page
+from pipeline.extract.ocr import mrz_reread
+from pipeline.extract.ocr.backend import read_page
 from synth import hard as H
 from synth import render as R
 from synth.identities import random_mrz_person
@@ -68,7 +68,7 @@ def test_a_page_without_a_turned_zone_costs_two_recognitions_at_most():
     """An upright page whose zone is where it belongs: turned 90° its zone lines stand across the page, and
     what else looks zone-shaped (edges, rules) never reads as zone text, so nothing is read beyond one probe
     per turn."""
-    from pipeline.backends.ocr import recognise_line
+    from pipeline.extract.ocr.backend import recognise_line
 
     render = _passport(35)
     calls: list[str] = []

@@ -8,8 +8,8 @@ from datetime import date
 import numpy as np
 import pytest
 
-from pipeline.backends import zone_only
-from pipeline.backends.ocr import read_page
+from pipeline.extract.ocr import zone_only
+from pipeline.extract.ocr.backend import read_page
 from pipeline.prepare.orient import make_upright
 from synth import hard as H
 from synth import render as R

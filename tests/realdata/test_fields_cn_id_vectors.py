@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fields import cn_id
+from pipeline.formats import cn_id
 from tests.unit.test_fields_cn_id import TODAY
 
 # Vectors not asserted, by rule, with the reason:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.fields import cn_permanent_residence as pr
+from pipeline.formats import cn_permanent_residence as pr
 from tests.unit.test_fields_cn_permanent_residence import TODAY
 
 

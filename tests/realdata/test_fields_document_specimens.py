@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fields.document import OcrLine, read_document
+from pipeline.formats.document import OcrLine, read_document
 from tests.unit.test_fields_document import TODAY
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fields import driving_licence
+from pipeline.formats import driving_licence
 from tests.unit.test_fields_driving_licence import TODAY
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fields import french_id
-from pipeline.fields.document import read_document
+from pipeline.formats import french_id
+from pipeline.formats.document import read_document
 from tests.unit.test_fields_french_id import TODAY
 
 
@@ -68,7 +68,7 @@ def ocr():
 @pytest.mark.parametrize("rel_path", ["pyimagesearch_mrz_scans_developer79433/images/examples/passport_02.jpg",
                                       "pyimagesearch_mrz_scans_developer79433/images/test_data/mrz_example_02.jpg"])
 def test_real_specimen_page_with_rapidocr(realdata_dir: Path, ocr, rel_path: str) -> None:
-    from pipeline.fields.document import OcrLine
+    from pipeline.formats.document import OcrLine
 
     truth = next(x for x in json.loads((realdata_dir / "eval_manifest.json").read_text()) if x["path"] == rel_path)
     result = ocr(str(realdata_dir / rel_path))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fields import mrz
+from pipeline.formats import mrz
 from tests.unit.test_fields_mrz import TODAY
 
 

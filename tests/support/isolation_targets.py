@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from pipeline.config import PrepareSettings
+from pipeline.settings import PrepareSettings
 from pipeline.datamodel import DocumentRef
 
 

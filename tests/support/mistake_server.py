@@ -80,11 +80,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.backends.openai_compat import encode_jpeg
-from pipeline.config import PrepareSettings, Settings
-from pipeline.containers import page_count
+from pipeline.extract.model.openai_compat import encode_jpeg
+from pipeline.settings import PrepareSettings, Settings
+from pipeline.ingest.containers import page_count
 from pipeline.datamodel import DocumentRef, PreparedImage
-from pipeline.ingest import sha256_file
+from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import prepare_page
 from synth.identities import (CN_GIVEN, CN_REGIONS, CN_SURNAMES, LATIN_GIVEN, LATIN_SURNAMES, MRZPerson, add_years,
                               random_date)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.backends.answer_parsing import AnswerError, parse_answer
+from pipeline.extract.model.answer_parsing import AnswerError, parse_answer
 from pipeline.datamodel import Reason
 
 OBJ = {"name": "ZHANG SAN", "id_number": None}

@@ -15,13 +15,13 @@ import httpx
 import openai
 from typer.testing import CliRunner
 
-from pipeline.backends.openai_compat import OpenAICompatBackend
-from pipeline.batch_files import (ImportReport, export_requests, find_manifest, import_responses, manifest_path,
+from pipeline.extract.model.openai_compat import OpenAICompatBackend
+from pipeline.ops.batch_files import (ImportReport, export_requests, find_manifest, import_responses, manifest_path,
                                   read_manifest)
 from idflow.batch import batch_app
-from pipeline.config import OpenAISettings
+from pipeline.settings import OpenAISettings
 from pipeline.datamodel import Extraction, Failure, Reason
-from pipeline.store import FAILURES, RESULTS, read_table
+from pipeline.store.parquet import FAILURES, RESULTS, read_table
 from tests.support.chat_server import VALID_ANSWER
 from tests.support.pages import make_page
 

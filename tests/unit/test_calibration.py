@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import calibration_fit as fit_calibration
-from pipeline.calibration import Calibration, evidence_class, shipped
+from pipeline.trust import fit as fit_calibration
+from pipeline.trust.table import Calibration, evidence_class, shipped
 from pipeline.datamodel import DocumentRef, Extraction, FieldReading
-from pipeline.evaluation import EvalItem, EvalReport, ItemResult
+from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult
 
 
 def test_evidence_classes_follow_the_checks():

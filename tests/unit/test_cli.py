@@ -99,8 +99,8 @@ def test_a_base_url_that_is_no_url_stops_only_the_backends_that_call_it(tmp_path
                                                                         variable: str) -> None:
     """Part of each backend's configuration check: the runs that would send to it (openai, a hybrid escalating to
     it, a vLLM pool falling back to it) are refused in one line naming the setting; the OCR is not touched."""
-    from pipeline.backends.registry import backend_spec
-    from pipeline.config import Settings
+    from pipeline.extract.registry import backend_spec
+    from pipeline.settings import Settings
 
     monkeypatch.chdir(tmp_path)
     for var in ("TAOTOKEN_BASE_URL", "IDFLOW_OPENAI_BASE_URL"):

@@ -1,12 +1,12 @@
-"""Choosing the PRC number from re-read texts of its line (pipeline/backends/cn_number_reread.py): only one
+"""Choosing the PRC number from re-read texts of its line (pipeline/extract/ocr/cn_number_reread.py): only one
 checksum-valid number that agrees with the printed 出生 / 性别 is taken; none or several leave it unreadable."""
 
 from __future__ import annotations
 
 from datetime import date
 
-from pipeline.backends import cn_number_reread as C
-from pipeline.fields import cn_id
+from pipeline.extract.ocr import cn_number_reread as C
+from pipeline.formats import cn_id
 
 TODAY = date(2026, 11, 30)
 

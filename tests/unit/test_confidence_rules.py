@@ -1,4 +1,4 @@
-"""Rules no calibration table overrides (`pipeline.confidence_rules`, issue 29 item 4), and the evidence the PRC
+"""Rules no calibration table overrides (`pipeline.trust.rules`, issue 29 item 4), and the evidence the PRC
 card's fields get of their own: per-character recognition scores and the statutory validity span."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.calibration import Calibration, evidence_class
-from pipeline.confidence_rules import DISAGREEMENT_CAP, cap_disagreements, disagreeing_fields
+from pipeline.trust.table import Calibration, evidence_class
+from pipeline.trust.rules import DISAGREEMENT_CAP, cap_disagreements, disagreeing_fields
 from pipeline.datamodel import DocumentRef, Extraction, FieldReading
-from pipeline.fields.document import OcrLine, read_document
-from pipeline.fields.formats.cn_id import statutory_span
-from pipeline.fields.lines import value_score
+from pipeline.formats.document import OcrLine, read_document
+from pipeline.formats.cn_id import statutory_span
+from pipeline.formats.lines import value_score
 from tests.unit.test_fields_document import BACK, FRONT, NUMBER, page, states
 from tests.unit.test_fields_driving_licence import BUILT
 from tests.unit.test_fields_driving_licence import FRONT as LICENCE_FRONT
@@ -104,7 +104,7 @@ def test_a_licence_surname_with_a_letter_more_than_its_closed_zone_prefix_is_a_d
 
 
 def test_a_licence_prefix_cut_at_eight_letters_is_continued_by_the_print() -> None:
-    from pipeline.fields import mrz
+    from pipeline.formats import mrz
 
     head = "D1FRA19AB12345" + str(mrz.check_digit("D1FRA19AB12345")) + "340101" + "MARTINEZ"
     zone = head + str(mrz.check_digit(head))

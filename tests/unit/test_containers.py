@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from pipeline.masking import redact
-from pipeline.config import PrepareSettings
-from pipeline.containers import ContainerError, Kind, open_page, page_count, page_size, read_document, sniff
+from pipeline.settings import PrepareSettings
+from pipeline.ingest.containers import ContainerError, Kind, open_page, page_count, page_size, read_document, sniff
 from pipeline.datamodel import Reason
 
 SETTINGS = PrepareSettings()

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.config import Settings
+from pipeline.settings import Settings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
-from pipeline.failure_queue import current_failures, input_dirs, locate, open_entries, read_resolutions
-from pipeline.retry import retry_failures
-from pipeline.ingest import sha256_file
-from pipeline.store import (FAILURE_SCHEMA, FAILURES, RESULT_SCHEMA, RESULTS, failure_row, read_table, write_part,
+from pipeline.store.failure_queue import current_failures, input_dirs, locate, open_entries, read_resolutions
+from pipeline.ops.retry import retry_failures
+from pipeline.ingest.discover import sha256_file
+from pipeline.store.parquet import (FAILURE_SCHEMA, FAILURES, RESULT_SCHEMA, RESULTS, failure_row, read_table, write_part,
                             write_run_summary)
 
 FIELDS = {"doc_type": "passport", "name": "TEST PERSON", "id_number": None, "expiry_date": "2031-01-01",
@@ -205,7 +205,7 @@ def test_each_extractor_holds_one_request_slot(queue: tuple[Path, Path]) -> None
 
 def test_retry_run_writes_a_summary_without_an_input_folder(queue: tuple[Path, Path]) -> None:
     """Retry runs span many folders: their summary must not make `nightly` think a folder is done."""
-    from pipeline.inbox import folders_done_by_runs
+    from pipeline.ingest.inbox import folders_done_by_runs
 
     inbox, out = queue
     retry(out, FakeBackend(), "r2")

@@ -6,8 +6,8 @@ from datetime import date
 
 import pytest
 
-from pipeline.fields import cn_id
-from pipeline.fields.dates import parse_validity
+from pipeline.formats import cn_id
+from pipeline.formats.dates import parse_validity
 
 TODAY = date(2026, 6, 1)
 
@@ -101,7 +101,7 @@ def test_parse_back() -> None:
 
 def test_id_number_is_not_a_validity_range() -> None:
     """Regression: the 8-digit runs inside an ID number once parsed as `1101-01-19 - 9003-07-12`."""
-    from pipeline.fields.dates import parse_validity
+    from pipeline.formats.dates import parse_validity
 
     assert parse_validity("公民身份号码110101199003071233") is None
     assert parse_validity("110101199003071233") is None

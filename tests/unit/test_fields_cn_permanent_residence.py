@@ -7,8 +7,8 @@ from datetime import date
 
 import pytest
 
-from pipeline.fields import cn_permanent_residence as pr
-from pipeline.fields.document import read_document
+from pipeline.formats import cn_permanent_residence as pr
+from pipeline.formats.document import read_document
 from tests.unit.test_fields_document import page, states
 
 TODAY = date(2026, 6, 1)
@@ -45,7 +45,8 @@ def test_invalid_numbers(number: str) -> None:
 
 
 def test_check_characters_follow_the_resident_id_rule() -> None:
-    from pipeline.fields import cn_id, mrz
+    from pipeline.formats import cn_id
+    from pipeline.formats import mrz
 
     assert cn_id.check_char(N2023[:17]) == N2023[17] and cn_id.check_char(N2023_X[:17]) == "X"
     assert mrz.check_digit(N2017[:14]) == int(N2017[14])

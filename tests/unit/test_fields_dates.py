@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from pipeline.fields.dates import parse_printed_dates
+from pipeline.formats.dates import parse_printed_dates
 
 TODAY = date(2026, 6, 1)
 

@@ -7,11 +7,11 @@ from datetime import date
 
 import pytest
 
-from pipeline.calibration import evidence_class
-from pipeline.fields.document import OcrLine, read_document
-from pipeline.fields import mrz
-from pipeline.fields.mrz import check_digit
-from pipeline.fields.printed_zone import label_kind
+from pipeline.trust.table import evidence_class
+from pipeline.formats.document import OcrLine, read_document
+from pipeline.formats import mrz
+from pipeline.formats.mrz import check_digit
+from pipeline.formats.printed_zone import label_kind
 
 TODAY = date(2026, 6, 1)
 TD3 = ["P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10"]
@@ -198,7 +198,7 @@ def test_score_prefers_the_upright_reading() -> None:
     ("MARIE, ANNE", False), ("ANNA<MARIA", False), ("JOHN 2", False),
 ])
 def test_looks_like_name(text: str | None, ok: bool) -> None:
-    from pipeline.fields.names import looks_like_name
+    from pipeline.formats.names import looks_like_name
 
     assert looks_like_name(text) is ok
 
@@ -302,7 +302,7 @@ def test_printed_name_continuing_a_closed_zone_name_is_kept_but_is_a_disagreemen
                            "ADIL BƏKIR OĞLU", "DIL", *AZE_TD3), TODAY)
     assert r.fields["name"] == "ABDULLAYEV ADIL BƏKIR OĞLU"
     assert "cross.name_printed_extends_mrz" not in r.checks and "cross.name_mrz_vs_viz" in r.check_failures
-    from pipeline.calibration import evidence_class, shipped
+    from pipeline.trust.table import evidence_class, shipped
     cls = evidence_class("name", r.doc_type, r.checks, r.check_failures)
     assert cls == "name/mrz.name_vs_printed_failed" and shipped().confidence(cls, 1.0) < 0.95
 
@@ -355,7 +355,7 @@ def sure_letters(lines: list[OcrLine], unsure: dict[str, tuple[int, float]] | No
 def test_a_zone_name_word_misread_where_the_page_prints_it_surely_is_spelled_as_printed(
         zone_name: str, unsure: str, printed: tuple[str, str], respelled: str) -> None:
     """`unsure`: the zone letter the recogniser was unsure of is this text's third."""
-    from pipeline.confidence_rules import disagreeing_fields
+    from pipeline.trust.rules import disagreeing_fields
     line1 = f"P<UTO{zone_name}".ljust(44, "<")
     unsure_at = line1.index(unsure) + 2
     lines = sure_letters(page("PASSPORT", "Surname", printed[0], "Given names", printed[1], line1, TD3[1]),
@@ -390,7 +390,7 @@ def test_a_zone_name_word_is_not_respelled_from_a_print_that_cannot_decide(print
 
 
 def test_a_number_repaired_by_its_own_check_digit_is_confirmed_only_by_the_page() -> None:
-    from pipeline.calibration import evidence_class
+    from pipeline.trust.table import evidence_class
     zone = [TD3[0], TD3[1].replace("L898902C3", "L8989O2C3")]
     alone = read_document(page("PASSPORT", *zone), TODAY)
     assert alone.fields["id_number"] == "L898902C3" and "repair.mrz_number_unconfirmed" in alone.check_failures

@@ -7,8 +7,9 @@ from datetime import date
 
 import pytest
 
-from pipeline.fields import french_id, mrz
-from pipeline.fields.document import read_document
+from pipeline.formats import french_id
+from pipeline.formats import mrz
+from pipeline.formats.document import read_document
 from tests.unit.test_fields_document import page, states
 
 TODAY = date(2026, 6, 1)

@@ -6,8 +6,8 @@ from datetime import date
 
 import pytest
 
-from pipeline.fields import mrz
-from pipeline.fields.dates import yymmdd
+from pipeline.formats import mrz
+from pipeline.formats.dates import yymmdd
 
 TODAY = date(2026, 6, 1)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import date
 
-from pipeline.fields.document import OcrLine, read_document
-from pipeline.fields.printed_zone import label_kind, read_printed
+from pipeline.formats.document import OcrLine, read_document
+from pipeline.formats.printed_zone import label_kind, read_printed
 
 TODAY = date(2026, 6, 1)
 H = 20.0

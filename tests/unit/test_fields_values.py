@@ -7,10 +7,10 @@ from datetime import date
 
 import pytest
 
-from pipeline.fields.document import OcrLine, read_document
-from pipeline.fields.names import simplified
-from pipeline.fields.printed_zone import label_kind
-from pipeline.fields.values import clean_name, clean_number
+from pipeline.formats.document import OcrLine, read_document
+from pipeline.formats.names import simplified
+from pipeline.formats.printed_zone import label_kind
+from pipeline.formats.values import clean_name, clean_number
 
 TODAY = date(2026, 6, 1)
 TD3 = ["P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10"]

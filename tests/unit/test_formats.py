@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends.hybrid import passes_checks
-from pipeline.calibration import evidence_class
-from pipeline.config import SCHEMA_PATH
+from pipeline.extract.hybrid import passes_checks
+from pipeline.trust.table import evidence_class
+from pipeline.settings import SCHEMA_PATH
 from pipeline.datamodel import DocumentRef, Extraction, Reason
-from pipeline.fields.document import read_document
-from pipeline.fields.formats import FORMATS, FormatDefaults, NumberCheck
-from pipeline.fields.lines import line_score
-from pipeline.fields.page import Builder, Page
-from pipeline.prompts import load_prompt
+from pipeline.formats.document import read_document
+from pipeline.formats.registered import FORMATS, FormatDefaults, NumberCheck
+from pipeline.formats.lines import line_score
+from pipeline.formats.reading import Builder, Page
+from pipeline.extract.model.prompts import load_prompt
 from pipeline.validate import refuted_fields, semantic_problems
 from tests.unit.test_fields_document import TD3, page, states
 from tests.support.paths import REPO as ROOT

@@ -102,7 +102,7 @@ def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read_from_the_real_tree() -> None:
     edges, external = _graph()
-    assert "idflow.cli" in edges and "pipeline.engine" in edges["flows.extract"]
+    assert "idflow.cli" in edges and "pipeline.run.engine" in edges["flows.extract"]
     assert "prefect" in external["flows.extract"]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 
 from pipeline.datamodel import DocumentRef, Failure, Reason, Skipped, SkipReason
-from pipeline.ingest import Discovery, sha256_file, skip_reason, walk
+from pipeline.ingest.discover import Discovery, sha256_file, skip_reason, walk
 
 
 def _png(path: Path, seed: int = 0) -> Path:

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.config import PrepareSettings
+from pipeline.settings import PrepareSettings
 from pipeline.datamodel import RETRYABLE_REASONS, DocumentRef, Failure, PreparedImage, Reason, Skipped, SkipReason
-from pipeline.ingest import Discovery, Item, walk
+from pipeline.ingest.discover import Discovery, Item, walk
 from pipeline.prepare import prepare_page
 
 SETTINGS = PrepareSettings()

@@ -7,11 +7,11 @@ import json
 import math
 from pathlib import Path
 
-from pipeline.backends.answer_evidence import split_answer, value_scores
-from pipeline.calibration import (DISAGREEMENT_CAP, Calibration, Scorer, TableKey, Tables, ocr_key, shipped,
+from pipeline.extract.model.answer_evidence import split_answer, value_scores
+from pipeline.trust.table import (DISAGREEMENT_CAP, Calibration, Scorer, TableKey, Tables, ocr_key, shipped,
                                   unknown)
-from pipeline.calibration_fit import fit, wilson
-from pipeline.config import Settings
+from pipeline.trust.fit import fit, wilson
+from pipeline.settings import Settings
 from pipeline.datamodel import DocumentRef, Extraction, FieldReading
 
 KEY = TableKey("openai", "qwen3.5-vl", "extract_v3.en")

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from pipeline.masking import MaskingFilter, mask_id, redact
-from pipeline.report import masked_rows, summary_markdown
+from pipeline.run.report import masked_rows, summary_markdown
 from pipeline.validate import schema_errors
 
 

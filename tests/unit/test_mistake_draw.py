@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from pipeline.fields.cn_id import is_valid_number
-from pipeline.fields.mrz import parse
+from pipeline.formats.cn_id import is_valid_number
+from pipeline.formats.mrz import parse
 from tests.support.mistake_server import (KINDS, PAIRS, LogprobModel, MistakeRates, PageTruth, applies, compose,
                                           draw_mistakes, page_truth, render_answer, token_logprobs)
 

@@ -1,4 +1,4 @@
-"""The decision rules of the printed-name second reading (pipeline/backends/name_reread.py), on OCR lines laid out
+"""The decision rules of the printed-name second reading (pipeline/extract/ocr/name_reread.py), on OCR lines laid out
 as a passport's data page: a re-read line counts only when the page, read again by the same rules, confirms the
 zone's name with it."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import date
 
-from pipeline.backends import name_reread
-from pipeline.fields.document import OcrLine, read_document
+from pipeline.extract.ocr import name_reread
+from pipeline.formats.document import OcrLine, read_document
 
 TODAY = date(2026, 11, 30)
 NAME_LINE = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<"

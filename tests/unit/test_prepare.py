@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.config import PrepareSettings
-from pipeline.containers import ContainerError
+from pipeline.settings import PrepareSettings
+from pipeline.ingest.containers import ContainerError
 from pipeline.datamodel import DocumentRef, Failure, Reason
-from pipeline.ingest import sha256_file
+from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import prepare_page
 from pipeline.prepare.load import load_page
 from pipeline.prepare.orient import Orientation, apply_orientation, detect_orientation

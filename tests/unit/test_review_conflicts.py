@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.datamodel import FIELD_NAMES
-from pipeline.report import conflicts_line
+from pipeline.run.report import conflicts_line
 from pipeline.review.conflicts import (CONFLICT_REASON, LISTED, Reading, group_conflicts, find_conflicts,
                                       run_conflicts)
 from pipeline.review.corrections import Correction, write_corrections
 from pipeline.review.queue import build_queue
-from pipeline.store import RESULT_SCHEMA, RESULTS, write_part, write_run_summary
+from pipeline.store.parquet import RESULT_SCHEMA, RESULTS, write_part, write_run_summary
 
 NUMBER = "UT4815926"
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)

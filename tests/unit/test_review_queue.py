@@ -9,10 +9,10 @@ import numpy as np
 from PIL import Image
 
 from pipeline.datamodel import FIELD_NAMES, Reason
-from pipeline.ingest import sha256_file
+from pipeline.ingest.discover import sha256_file
 from pipeline.review.corrections import Correction, not_to_read_again, write_corrections
 from pipeline.review.queue import build_queue
-from pipeline.store import RESULT_SCHEMA, RESULTS, write_part, write_run_summary
+from pipeline.store.parquet import RESULT_SCHEMA, RESULTS, write_part, write_run_summary
 from tests.unit.test_failure_queue import fail
 
 
@@ -88,8 +88,8 @@ def test_a_decided_failure_leaves_the_queue_even_without_a_page(tmp_path: Path) 
     person's decision: the queue `idflow show` prints and the retry both leave it (the retry used to call it
     'for a person' again, and show listed it as still failing)."""
     from pipeline.datamodel import Failure
-    from pipeline.failure_queue import current_failures, open_entries
-    from pipeline.store import FAILURE_SCHEMA, FAILURES, failure_row
+    from pipeline.store.failure_queue import current_failures, open_entries
+    from pipeline.store.parquet import FAILURE_SCHEMA, FAILURES, failure_row
 
     inbox, out = tmp_path / "in", tmp_path / "out"
     inbox.mkdir()

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from PIL import Image
 
-from pipeline.config import PrepareSettings
+from pipeline.settings import PrepareSettings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef
-from pipeline.ingest import sha256_file
+from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import Orientation, prepare_page
 from pipeline.review.queue import _failure_item, _result_item
 from pipeline.review.thumbnails import THUMBNAIL_LONG_EDGE, locate, thumbnail
-from pipeline.store import path_bytes, readable_path
+from pipeline.store.parquet import path_bytes, readable_path
 
 
 def test_a_path_too_long_to_open_is_a_reason_not_a_crash(tmp_path: Path) -> None:

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config import Settings
+from pipeline.settings import Settings
 from pipeline.datamodel import (DocumentRef, Extraction, Failure, FieldReading, PreparedImage, Reason, Record,
                                 Skipped, SkipReason)
-from pipeline.output_lock import OutputBusy
+from pipeline.store.output_lock import OutputBusy
 from pipeline.run.session import Done, RunSession
-from pipeline.store import FAILURES, RESULTS, RUNS, read_table
+from pipeline.store.parquet import FAILURES, RESULTS, RUNS, read_table
 
 
 def _record(i: int) -> Record:

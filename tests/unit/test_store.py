@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.datamodel import DocumentRef, Extraction, Failure, FieldReading, PreparedImage, Reason, Record
-from pipeline.store import (
+from pipeline.store.parquet import (
     FAILURES,
     RESULT_SCHEMA,
     RESULTS,

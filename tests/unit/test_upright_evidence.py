@@ -3,8 +3,8 @@ was unsure: a passing check first, then zone lines read as such, then the readin
 
 from __future__ import annotations
 
-from pipeline.backends.ocr import upright_evidence
-from pipeline.fields.document import read_document
+from pipeline.extract.ocr.backend import upright_evidence
+from pipeline.formats.document import read_document
 from tests.unit.test_fields_document import TD3, TODAY, page
 
 PRINTED = ("PASSPORT", "Surname", "ERIKSSON", "Given names", "ANNA MARIA", "Date of expiry", "15 APR 2012")

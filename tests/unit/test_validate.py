@@ -141,7 +141,7 @@ def test_a_name_that_is_not_a_name_is_refused_whatever_the_backend() -> None:
 def test_a_zone_reading_whose_number_fails_its_digit_is_stored_without_the_number() -> None:
     """End to end from OCR lines: the name the page prints and the expiry its own digit proves are stored, the
     number the failed digit refutes is unreadable."""
-    from pipeline.fields.document import read_document
+    from pipeline.formats.document import read_document
     from tests.unit.test_fields_document import TD3, TODAY, page
 
     zone = [TD3[0], TD3[1].replace("L898902C36", "L898902C31")]

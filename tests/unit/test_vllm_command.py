@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from idflow.vllm import vllm_app
-from pipeline.config import PrepareSettings
+from pipeline.settings import PrepareSettings
 from pipeline.vllm.command import filter_flags, known_flags, max_model_len, plan
 from pipeline.vllm.settings import VllmSettings
 

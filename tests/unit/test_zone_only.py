@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from pipeline.backends import zone_only
+from pipeline.extract.ocr import zone_only
 from synth import hard as H
 from synth import render as R
 from synth.identities import random_mrz_person

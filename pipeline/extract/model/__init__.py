@@ -1,0 +1,1 @@
+"""Model backends: the OpenAI-compatible client, answer parsing and evidence, the vLLM pool, prompts."""

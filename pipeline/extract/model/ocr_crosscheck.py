@@ -1,0 +1,61 @@
+"""A second, independent reading of a VLM answer's unproven fields by the embedded OCR (`IDFLOW_OPENAI_CROSSCHECK`).
+
+Why: a check digit proves an MRZ number or date, and MOD 11-2 a PRC number, but nothing in a PRC card's name or
+its back's validity, or in a name its zone does not confirm, can be checked; the model's own "printed" copy is
+the same reading of the same glyphs. A reading by another method of the same page is independent evidence: when
+the OCR reads the same value, both are wrong together only rarely, which a table fitted by `idflow calibrate`
+measures (class `field/<source>+ocr/...`); when it reads another value, the document goes to a person.
+
+Cost: one OCR reading of each page that has an unproven field (not of a page its zone proves), on this
+machine's CPU. The readings of every backend instance in the process (a vLLM pool has one per endpoint) share
+one bounded thread pool of `workers` threads, so a fast endpoint never starts more OCR than the cores can run;
+the OCR's models are loaded at the first page that needs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pipeline.extract.model.answer_evidence import Judged, unproven, with_ocr_reading
+from pipeline.datamodel import FieldReading, PreparedImage
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The process's OCR threads: ONNX Runtime already spreads one page over the cores, so half of them."""
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) // 2),
+                                       thread_name_prefix="idflow-crosscheck")
+        return _pool
+
+
+class OcrCrossCheck:
+    """Reads a page with the embedded OCR (raw scores: only its values are compared) and judges an answer
+    against it."""
+
+    def __init__(self) -> None:
+        self._reader: Any = None
+
+    def _read(self, page: PreparedImage) -> dict[str, FieldReading]:
+        if self._reader is None:
+            from pipeline.extract.ocr.backend import OcrBackend  # loads RapidOCR: only when a page needs it
+
+            self._reader = OcrBackend(calibrated=False)
+        return dict(self._reader.read(page).field_states)
+
+    async def judge(self, page: PreparedImage, fields: dict[str, Any], judged: Judged) -> Judged:
+        """`judged` with the OCR's reading compared on the unproven fields; unchanged when every field is
+        proven (no OCR is run)."""
+        names = unproven(fields, judged)
+        if not names:
+            return judged
+        ocr = await asyncio.get_running_loop().run_in_executor(_executor(), self._read, page)
+        return with_ocr_reading(fields, judged, ocr, names)

@@ -1,1 +1,0 @@
-"""Pure field parsers and checks shared by every backend and by validation."""

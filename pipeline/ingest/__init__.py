@@ -1,0 +1,1 @@
+"""Ingest: discovery, input containers (PDF, TIFF), sources handed by reference, upload inboxes."""

@@ -1,0 +1,94 @@
+"""The accounting of a run: what was seen, what became of it, and the run summary built from those counts.
+
+`seen` is counted when discovery hands an item over and the rest when its outcome arrives, so
+`seen == results + failures + skipped` is a real check that nothing was lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.extract.registry import SETTLED_BY_OCR
+from pipeline.settings import Settings
+from pipeline.datamodel import Failure, Record, Skipped
+
+
+@dataclass
+class RunTally:
+    """Counts for the run summary, fed one typed outcome at a time."""
+
+    seen: int = 0
+    results: int = 0
+    failures: int = 0
+    skipped: int = 0
+    skipped_by_reason: Counter[str] = field(default_factory=Counter)
+    results_by_backend: Counter[str] = field(default_factory=Counter)
+    failures_by_reason: Counter[str] = field(default_factory=Counter)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    visual_tokens: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def finished(self) -> int:
+        return self.results + self.failures + self.skipped
+
+    def add(self, outcome: Record | Failure | Skipped) -> None:
+        if isinstance(outcome, Skipped):
+            self.skipped += 1
+            self.skipped_by_reason[str(outcome.reason)] += 1
+        elif isinstance(outcome, Failure):
+            self.failures += 1
+            self.failures_by_reason[str(outcome.reason)] += 1
+            self.prompt_tokens += outcome.prompt_tokens  # an answer that failed validation was billed too
+            self.completion_tokens += outcome.completion_tokens
+        else:
+            ex = outcome.extraction
+            self.results += 1
+            self.results_by_backend[ex.backend] += 1
+            self.prompt_tokens += ex.prompt_tokens or 0
+            self.completion_tokens += ex.completion_tokens or 0
+            self.visual_tokens += outcome.prepared.visual_tokens or 0
+            self.latencies_ms.append(ex.latency_ms or 0.0)
+
+    def demote(self, failure: Failure) -> None:
+        """A result the writer could not store and stored as this failure instead (`RunWriter.demoted`)."""
+        self.results -= 1
+        if failure.backend in self.results_by_backend:
+            self.results_by_backend[failure.backend] -= 1
+        self.failures += 1
+        self.failures_by_reason[str(failure.reason)] += 1
+
+    def summary(self, *, run_id: str, settings: Settings) -> dict[str, Any]:
+        elapsed = time.monotonic() - self.started
+        lat = sorted(self.latencies_ms)
+        return {
+            "run_id": run_id,
+            "backend": settings.backend,
+            "model": settings.model_name,
+            "fingerprint": settings.fingerprint(),
+            "seen": self.seen,
+            "results": self.results,
+            "failures": self.failures,
+            "skipped": self.skipped,
+            "accounted": self.seen == self.finished,
+            "skipped_by_reason": dict(self.skipped_by_reason),
+            "failures_by_reason": dict(self.failures_by_reason),
+            "results_by_backend": dict(self.results_by_backend),
+            # hybrid: pages the OCR settled alone, i.e. VLM calls not made
+            "vlm_calls_saved": self.results_by_backend.get(SETTLED_BY_OCR, 0),
+            "visual_tokens": self.visual_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "estimated_cost": round(self.prompt_tokens / 1e6 * settings.openai.price_prompt_per_mtok
+                                    + self.completion_tokens / 1e6 * settings.openai.price_completion_per_mtok, 6),
+            "latency_ms_p50": round(statistics.median(lat), 1) if lat else None,
+            "latency_ms_p95": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 1) if lat else None,
+            "elapsed_s": round(elapsed, 2),
+            "docs_per_s": round((self.results + self.failures) / elapsed, 3) if elapsed > 0 else None,
+        }

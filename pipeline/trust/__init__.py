@@ -1,0 +1,1 @@
+"""Confidence: evidence classes, calibration tables, their fit, rules no table overrides, `idflow calibrate`."""

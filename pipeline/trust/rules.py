@@ -1,0 +1,44 @@
+"""Rules on field confidence that no calibration table can override, for every backend.
+
+A field whose sources disagree (the zone and the printed zone name two different numbers; the printed birth date
+is not the one a PRC number embeds; a complete zone name and a printed name with more letters) is never
+auto-accepted, whatever a fitted table says of its evidence class: a table measures how often such readings were
+right on the tuning sets, but a disagreement on the document itself means one of the two readings is wrong, and
+only a person can say which. So after calibration its confidence is capped at `DISAGREEMENT_CAP`, below the
+documented auto-accept threshold (0.95) and the hybrid's.
+
+Which failed checks are disagreements, and of which field, each document format declares
+(`DocumentFormat.disagreements`, asked through `FORMATS.disagreeing_fields`); a backend with checks of its own
+(a VLM answer against the zone it transcribed) passes them as `extra`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from pipeline.datamodel import Extraction, FieldReading
+from pipeline.formats.registered import FORMATS
+
+DISAGREEMENT_CAP = 0.5
+
+
+def disagreeing_fields(failures: list[str], extra: Mapping[str, str] | None = None) -> set[str]:
+    """The fields whose sources disagree, from a reading's failed checks: the formats' disagreements and
+    `extra` (failed check -> field)."""
+    return FORMATS.disagreeing_fields(failures) | {f for check, f in (extra or {}).items() if check in failures}
+
+
+def cap_disagreements(extraction: Extraction, extra: Mapping[str, str] | None = None) -> Extraction:
+    """The extraction with every present field whose sources disagree capped at `DISAGREEMENT_CAP` (call it
+    after calibration: it is the last word on a field's confidence)."""
+    fields = disagreeing_fields(extraction.check_failures, extra)
+    states = dict(extraction.field_states)
+    capped = False
+    for name in fields:
+        reading = states.get(name)
+        if (reading is not None and reading.state == "present" and reading.confidence is not None
+                and reading.confidence > DISAGREEMENT_CAP):
+            states[name] = FieldReading(reading.value, "present", DISAGREEMENT_CAP)
+            capped = True
+    return dataclasses.replace(extraction, field_states=states) if capped else extraction

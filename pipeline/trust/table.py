@@ -1,0 +1,215 @@
+"""Calibrated field confidence: turn the OCR reading's raw score into "how often a field like this is right".
+
+Why: the raw score multiplies recognition scores with check-digit and cross-check factors; it ranks readings
+well but its value means nothing by itself (a 0.99 name line could be wrong). A field's chance of being right
+depends mostly on its *evidence*: a document number whose MRZ check digit passed is almost always right, an
+MRZ name confirmed by the printed zone nearly so, a name taken from the printed zone by position much less.
+So each present field gets an evidence class (`evidence_class`), and within a class an isotonic (monotone,
+step-wise) map from raw score to the observed share of right values, fitted on generated tuning sets by
+`tools/fit_calibration.py` and shipped as `calibration_table.json`.
+
+A class the table has never seen keeps its raw score but capped at `unseen_cap`, so it can never be
+auto-accepted on a number nobody measured.
+
+**One keyed model for every backend.** A table is fitted for one (backend, model id, prompt version)
+(`TableKey`): what a model answers, and how often it is right, changes with each of them. The shipped table is
+the embedded OCR's (a table file without a `key` is read as that one); a user's tables (`idflow calibrate`) are
+stored in `IDFLOW_CALIBRATION_DIR` (`Tables`), one file per key, and are found before the shipped one. A
+backend's extractions are scored by the table of their key (`Scorer`); when no table has that key, every
+present field's confidence stays **unknown** (None: the record goes to a person), never a made-up number. The
+table that scored a record is stored with it (the `calibration` column: key and content hash).
+
+Calibration is deliberately not part of the settings fingerprint: a refit changes what a confidence means, not
+what was read, so it must not make every document eligible for re-reading. A run scores with the table present
+when it runs; the `calibration` column tells which.
+
+A field whose sources disagree is never auto-accepted, whatever a table says: after a table is applied, the
+rule of `pipeline.trust.rules` caps it (the formats' disagreements, and a VLM answer's against its own zone
+and printed copies); a class `.../disagrees` is capped wherever a confidence is looked up by class.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from pipeline.store.atomic import write_json_atomic
+from pipeline.extract.model.answer_evidence import ANSWER_DISAGREEMENTS, DISAGREES
+from pipeline.extract.registry import OCR, ocr_model_id
+from pipeline.trust.rules import DISAGREEMENT_CAP, cap_disagreements
+from pipeline.datamodel import Extraction, FieldReading
+from pipeline.formats.registered import FORMATS
+
+TABLE_NAME = "calibration_table.json"
+
+
+def evidence_class(field: str, doc_type: str | None, checks: list[str], failures: list[str]) -> str:
+    """The kind of evidence behind one present field, from the checks its reading passed or failed: each
+    document format names the classes of its own evidence (`DocumentFormat.evidence_source`)."""
+    return f"{field}/{FORMATS.evidence_source(field, doc_type, checks, failures)}"
+
+
+@dataclass(frozen=True, slots=True)
+class TableKey:
+    """What a table was fitted for: the backend kind, its model id and the prompt version (None: no prompt)."""
+
+    backend: str
+    model: str
+    prompt: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TableKey:
+        return cls(str(data["backend"]), str(data["model"]), data.get("prompt"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "model": self.model, "prompt": self.prompt}
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}/{self.model}/{self.prompt or '-'}"
+
+    def file_name(self) -> str:
+        """A file name for this key: readable, and unique by a hash (model ids hold `/` and `:`)."""
+        readable = re.sub(r"[^A-Za-z0-9._-]+", "_", self.label)[:80]
+        digest = hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:10]
+        return f"{readable}-{digest}.json"
+
+
+def ocr_key() -> TableKey:
+    """The key of the embedded OCR's table (what a table file without a `key` is)."""
+    return TableKey(OCR.name, ocr_model_id(), None)
+
+
+def field_class(extraction: Extraction, name: str) -> str:
+    """The evidence class of one present field: the backend's own (`Extraction.evidence`, a VLM answer's), else
+    the one its checks give."""
+    return extraction.evidence.get(name) or evidence_class(
+        name, extraction.fields.get("doc_type"), extraction.checks, extraction.check_failures)
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    """A step function: raw scores from `edges[i]` up to the next edge map to `values[i]` (non-decreasing)."""
+
+    edges: tuple[float, ...]
+    values: tuple[float, ...]
+    counts: tuple[int, ...]
+
+    def __call__(self, raw: float) -> float:
+        i = bisect.bisect_right(self.edges, raw) - 1
+        return self.values[max(i, 0)]
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    curves: dict[str, Curve]
+    unseen_cap: float
+    key: TableKey | None = None  # None: the embedded OCR's (`ocr_key()`)
+    digest: str = ""  # hash of the table's content, stored with every record it scored
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Calibration:
+        curves = {k: Curve(tuple(v["edges"]), tuple(v["values"]), tuple(v["counts"]))
+                  for k, v in data["classes"].items()}
+        key = TableKey.from_dict(data["key"]) if isinstance(data.get("key"), dict) else None
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+        return cls(curves, float(data["unseen_cap"]), key, digest)
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> Calibration:
+        text = path.read_text(encoding="utf-8") if path else files("pipeline.trust").joinpath(TABLE_NAME).read_text("utf-8")
+        return cls.from_dict(json.loads(text))
+
+    @property
+    def table_key(self) -> TableKey:
+        return self.key or ocr_key()
+
+    @property
+    def table_id(self) -> str:
+        """Which table scored a record (`calibration` column): its key and content hash."""
+        return f"{self.table_key.label}#{self.digest}"
+
+    def confidence(self, cls_name: str, raw: float) -> float:
+        curve = self.curves.get(cls_name)
+        value = round(curve(raw), 4) if curve else min(raw, self.unseen_cap)
+        return min(value, DISAGREEMENT_CAP) if cls_name.endswith("/" + DISAGREES) else value
+
+    def apply(self, extraction: Extraction) -> Extraction:
+        """The extraction with every present field's confidence calibrated (absent/unreadable unchanged), then
+        the rule no table overrides (`confidence_rules.cap_disagreements`)."""
+        states = dict(extraction.field_states)
+        for name, reading in states.items():
+            if reading.state == "present" and reading.confidence is not None:
+                states[name] = FieldReading(reading.value, "present",
+                                            self.confidence(field_class(extraction, name), reading.confidence))
+        scored = dataclasses.replace(extraction, field_states=states, calibration=self.table_id)
+        return cap_disagreements(scored, extra=ANSWER_DISAGREEMENTS)
+
+
+def unknown(extraction: Extraction) -> Extraction:
+    """The extraction with every present field's confidence unknown (None): no table was fitted for its key."""
+    states = {name: FieldReading(r.value, r.state, None) if r.state == "present" else r
+              for name, r in extraction.field_states.items()}
+    return dataclasses.replace(extraction, field_states=states, calibration=None)
+
+
+@cache
+def shipped() -> Calibration:
+    """The table shipped in the package (refit with tools/fit_calibration.py)."""
+    return Calibration.load()
+
+
+class Tables:
+    """Where tables are found: the user's directory (one file per key, written by `idflow calibrate`), then the
+    shipped table."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+
+    def path_for(self, key: TableKey) -> Path | None:
+        return self.directory / key.file_name() if self.directory is not None else None
+
+    def find(self, key: TableKey) -> Calibration | None:
+        path = self.path_for(key)
+        if path is not None and path.is_file():
+            table = Calibration.load(path)
+            if table.table_key == key:
+                return table
+        table = shipped()
+        return table if table.table_key == key else None
+
+    def save(self, key: TableKey, table: dict[str, Any]) -> Path:
+        """Store a fitted table (`calibration_fit.fit`'s output) under its key; the path written."""
+        path = self.path_for(key)
+        if path is None:
+            raise ValueError("no calibration directory set (IDFLOW_CALIBRATION_DIR)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, {**table, "key": key.as_dict()})
+        return path
+
+
+@dataclass(frozen=True, slots=True)
+class Scorer:
+    """Scores one backend's extractions: with the table of its key, unknown without one, or left raw (`raw`:
+    the scores a table is fitted on, for `idflow calibrate`)."""
+
+    key: TableKey
+    table: Calibration | None
+    raw: bool = False
+
+    @classmethod
+    def for_key(cls, key: TableKey, directory: Path | None, *, raw: bool = False) -> Scorer:
+        return cls(key, None if raw else Tables(directory).find(key), raw)
+
+    def __call__(self, extraction: Extraction) -> Extraction:
+        if self.raw:
+            return extraction
+        return self.table.apply(extraction) if self.table is not None else unknown(extraction)
