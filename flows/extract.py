@@ -34,7 +34,7 @@ from flows.run_lease import leased
 from flows.secrets import with_block_key
 from flows.sigterm import stops_on_sigterm
 from pipeline.run import progress
-from pipeline.ingest.discover import sources
+from pipeline.ingest import sources
 from pipeline.extract.factory import make_backend
 from pipeline.settings import Settings
 from pipeline.store.crash_journal import CrashJournal

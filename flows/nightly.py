@@ -30,7 +30,7 @@ from flows.canary import drift_canary
 from flows.extract import extract_folder
 from pipeline.settings import Settings
 from pipeline.ingest.inbox import Completion, FolderLedger, folder_key, is_text, nightly_markdown, plan_nightly
-from pipeline.ingest.discover import sources
+from pipeline.ingest import sources
 from pipeline.masking import install_masking, redact
 from pipeline.store.parquet import readable_path
 

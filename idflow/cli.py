@@ -125,7 +125,7 @@ def run(
         ready()
 
         async def extract() -> dict:
-            from pipeline.ingest.discover import sources
+            from pipeline.ingest import sources
 
             folder = sources.register(out, input_dir)  # under OUT's lock; the folder's name stays out of Prefect
             try:

@@ -160,7 +160,7 @@ def test_failed_emit_is_retried_and_not_recorded(tmp_path: Path) -> None:
 
 
 def test_event_id_and_reference_are_stable_per_folder_and_hold_no_part_of_its_name(tmp_path: Path) -> None:
-    from pipeline.ingest.discover import sources
+    from pipeline.ingest import sources
 
     out = tmp_path / "out"
     x, y = tmp_path / "scans_320106197701013454", tmp_path / "y"
