@@ -21,12 +21,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.extract.ocr import rapidocr_stages  # noqa: E402
-from pipeline.settings import Settings  # noqa: E402
 from pipeline.datamodel import DocumentRef, Failure  # noqa: E402
-from pipeline.ops.evaluation import load_manifest  # noqa: E402
+from pipeline.extract.ocr import rapidocr_stages  # noqa: E402
 from pipeline.ingest.discover import sha256_file  # noqa: E402
+from pipeline.ops.evaluation import load_manifest  # noqa: E402
 from pipeline.prepare import prepare_page  # noqa: E402
+from pipeline.settings import Settings  # noqa: E402
 
 
 def _recognise_all(page: rapidocr_stages.DetectedPage, word_box: bool) -> float:

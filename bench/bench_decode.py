@@ -27,14 +27,14 @@ from PIL import Image
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.settings import PrepareSettings  # noqa: E402
-from pipeline.ingest.containers import open_page  # noqa: E402
 from pipeline.datamodel import DocumentRef  # noqa: E402
+from pipeline.ingest.containers import open_page  # noqa: E402
 from pipeline.ingest.discover import sha256_file  # noqa: E402
 from pipeline.prepare import FULL_MAX_LONG_EDGE, _working_page  # noqa: E402
 from pipeline.prepare.crop import find_document  # noqa: E402
 from pipeline.prepare.load import load_page  # noqa: E402
 from pipeline.prepare.resize import cap_long_edge, capped_size  # noqa: E402
+from pipeline.settings import PrepareSettings  # noqa: E402
 from synth import conditions as C  # noqa: E402
 from synth import render as R  # noqa: E402
 from synth.identities import random_mrz_person  # noqa: E402

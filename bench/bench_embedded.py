@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.extract.factory import make_backend
-from pipeline.settings import PrepareSettings, Settings
-from pipeline.ingest.containers import ContainerError
 from pipeline.datamodel import DocumentRef
-from pipeline.run.engine import Engine
+from pipeline.extract.factory import make_backend
+from pipeline.ingest.containers import ContainerError
 from pipeline.ingest.discover import Discovery
 from pipeline.prepare.load import load_page
+from pipeline.run.engine import Engine
+from pipeline.settings import PrepareSettings, Settings
 
 
 def readable_refs(folder: Path) -> list[DocumentRef]:

@@ -40,9 +40,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.settings import PrepareSettings  # noqa: E402
 from pipeline.datamodel import DocumentRef, PreparedImage  # noqa: E402
 from pipeline.ingest.discover import Discovery  # noqa: E402
+from pipeline.settings import PrepareSettings  # noqa: E402
 from tests.support.chat_server import ChatServer, ServerConfig  # noqa: E402
 from tests.support.prefect_server import prefect_server  # noqa: E402
 

@@ -26,12 +26,11 @@ from PIL import Image, ImageDraw
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.extract.model.answer_parsing import parse_answer  # noqa: E402
-from pipeline.extract.model.openai_compat import (OpenAICompatBackend, encode_jpeg, jpeg_data_url,  # noqa: E402
-                                             user_message)
-from pipeline.settings import OpenAISettings  # noqa: E402
 from pipeline.datamodel import DocumentRef, Extraction, PreparedImage  # noqa: E402
+from pipeline.extract.model.answer_parsing import parse_answer  # noqa: E402
+from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg, jpeg_data_url, user_message  # noqa: E402
 from pipeline.extract.model.prompts import load_prompt  # noqa: E402
+from pipeline.settings import OpenAISettings  # noqa: E402
 
 KEY = "bench-key"
 MODEL = "test-vlm"

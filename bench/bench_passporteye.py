@@ -44,11 +44,11 @@ from typing import Any
 
 from bench_embedded import readable_refs
 
-from pipeline.extract.factory import make_backend
-from pipeline.settings import Settings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
-from pipeline.run.engine import Engine
+from pipeline.extract.factory import make_backend
 from pipeline.ops.evaluation import EvalItem, load_manifest, normalise
+from pipeline.run.engine import Engine
+from pipeline.settings import Settings
 
 MRZ_DOC_TYPES = frozenset({"passport", "id_card", "visa"})
 WORKER = Path(__file__).resolve().parent / "passporteye_worker.py"

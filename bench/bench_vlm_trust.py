@@ -30,9 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pipeline.settings import Settings  # noqa: E402
-from tests.support.mistake_server import (MistakeConfig, MistakeRates, MistakeServer,  # noqa: E402
-                                          index_manifest)
 from tests.support.chat_server import ServerConfig  # noqa: E402
+from tests.support.mistake_server import MistakeConfig, MistakeRates, MistakeServer, index_manifest  # noqa: E402
 
 KEY = "sk-bench-vlm-trust"
 MODEL = "bench-vlm"

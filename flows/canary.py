@@ -20,9 +20,9 @@ from prefect.events import Event
 from prefect.runtime import flow_run
 
 from flows.secrets import with_block_key
+from pipeline.ops.canary import CANARY_DIR, CANARY_EVENT, CANARY_RESOURCE, CanaryReport, read_canary
+from pipeline.settings import CanarySettings, Settings
 from pipeline.store.atomic import write_json_atomic
-from pipeline.ops.canary import CANARY_DIR, CANARY_EVENT, CANARY_RESOURCE, CanaryReport, CanarySettings, read_canary
-from pipeline.settings import Settings
 
 
 def degraded_event(report: CanaryReport, run_id: str, run_name: str | None) -> Event:

@@ -27,10 +27,11 @@ from prefect_dask import DaskTaskRunner
 
 from flows.limits import request_slots
 from flows.secrets import with_block_key
-from pipeline.extract.factory import make_backend
-from pipeline.settings import Settings
 from pipeline.datamodel import DocumentRef
+from pipeline.extract import registry
+from pipeline.extract.factory import make_backend
 from pipeline.run.engine import Engine, Item, Outcome
+from pipeline.settings import Settings
 
 LOCAL_PREFIX = "local:"
 
@@ -89,8 +90,8 @@ async def worker_settings(overrides: dict[str, Any], fingerprint: str) -> Settin
     worker configured differently from the flow would label its rows with a fingerprint they were not made with,
     so that is refused."""
     settings = await with_block_key(Settings(**overrides))
-    if settings.fingerprint() != fingerprint:
-        raise RuntimeError(f"worker settings fingerprint {settings.fingerprint()} differs from the run's "
+    if registry.fingerprint(settings) != fingerprint:
+        raise RuntimeError(f"worker settings fingerprint {registry.fingerprint(settings)} differs from the run's "
                            f"{fingerprint}: align IDFLOW_* settings (and .env) on every Dask worker")
     return settings
 

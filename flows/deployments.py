@@ -7,8 +7,6 @@ entrypoints, parameters, schedules, limits, trigger, descriptions).
 
 from __future__ import annotations
 
-import os
-
 from prefect.deployments.runner import RunnerDeployment
 from prefect.events import DeploymentEventTrigger
 from prefect.schedules import Cron
@@ -18,10 +16,7 @@ from flows.nightly import nightly
 from flows.retry import retry_failures
 from flows.review import review
 from flows.watch import RESOURCE_PREFIX, UPLOAD_EVENT
-
-DEFAULT_TIMEZONE = "Asia/Shanghai"
-DEFAULT_NIGHTLY_CRON = "0 2 * * *"
-DEFAULT_RETRY_CRON = "0 6 * * *"
+from pipeline.settings import ScheduleSettings
 
 
 def upload_trigger(out_dir: str, backend: str) -> DeploymentEventTrigger:
@@ -36,12 +31,11 @@ def upload_trigger(out_dir: str, backend: str) -> DeploymentEventTrigger:
     )
 
 
-def build_deployments(*, inbox: str, out_dir: str, backend: str, model: str,
-                      timezone: str | None = None, nightly_cron: str | None = None,
-                      retry_cron: str | None = None, max_attempts: int = 3) -> list[RunnerDeployment]:
-    """The three deployments, with absolute paths baked into their parameters (runs start in other processes).
-    Schedules default from IDFLOW_TIMEZONE / IDFLOW_NIGHTLY_CRON / IDFLOW_RETRY_CRON."""
-    tz = timezone or os.environ.get("IDFLOW_TIMEZONE", DEFAULT_TIMEZONE)
+def build_deployments(*, inbox: str, out_dir: str, backend: str, model: str, schedule: ScheduleSettings,
+                      max_attempts: int = 3) -> list[RunnerDeployment]:
+    """The three deployments, with absolute paths baked into their parameters (runs start in other processes),
+    scheduled as `schedule` says (IDFLOW_TIMEZONE, IDFLOW_NIGHTLY_CRON, IDFLOW_RETRY_CRON)."""
+    tz = schedule.timezone
     run_tags = ["idflow", f"backend:{backend}", f"model:{model}"]
     return [
         extract_folder.to_deployment(
@@ -52,13 +46,12 @@ def build_deployments(*, inbox: str, out_dir: str, backend: str, model: str,
         nightly.to_deployment(
             name="nightly", tags=[*run_tags, "nightly"], concurrency_limit=1,
             parameters={"inbox": inbox, "out_dir": out_dir, "backend": backend},
-            schedules=[Cron(nightly_cron or os.environ.get("IDFLOW_NIGHTLY_CRON", DEFAULT_NIGHTLY_CRON),
-                            timezone=tz)],
+            schedules=[Cron(schedule.nightly_cron, timezone=tz)],
             description="Every complete upload folder not yet done, one child run each."),
         retry_failures.to_deployment(
             name="retry-failures", tags=[*run_tags, "retry"], concurrency_limit=1,
             parameters={"out_dir": out_dir, "backend": backend, "max_attempts": max_attempts},
-            schedules=[Cron(retry_cron or os.environ.get("IDFLOW_RETRY_CRON", DEFAULT_RETRY_CRON), timezone=tz)],
+            schedules=[Cron(schedule.retry_cron, timezone=tz)],
             description="Retry failure-queue entries with retryable reasons (request errors, endpoint down)."),
         review.to_deployment(
             name="review", tags=[*run_tags, "review"], parameters={"out_dir": out_dir},

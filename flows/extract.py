@@ -33,20 +33,21 @@ from flows.limits import request_slots
 from flows.run_lease import leased
 from flows.secrets import with_block_key
 from flows.sigterm import stops_on_sigterm
-from pipeline.run import progress
-from pipeline.ingest import sources
 from pipeline.extract.factory import make_backend
-from pipeline.settings import Settings
-from pipeline.store.crash_journal import CrashJournal
-from pipeline.run.engine import Engine, Item, Outcome
+from pipeline.ingest import sources
 from pipeline.ingest.discover import Discovery, walk
 from pipeline.masking import install_masking, redact
-from pipeline.run.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
-from pipeline.run.batches import BatchCounts, BatchRouter, drive_batches
 from pipeline.review.page import PAGE_KEY, owed_page, page_path, write_page
 from pipeline.review.queue import build_queue
+from pipeline.run import progress
+from pipeline.run.batches import BatchCounts, BatchRouter, drive_batches
+from pipeline.run.engine import Engine, Item, Outcome
+from pipeline.run.report import FAILURE_COLUMNS, SAMPLE_COLUMNS, masked_rows, summary_markdown
 from pipeline.run.session import Done, OutputWriteError, RunSession, review_stopped_line, storage_problem
+from pipeline.settings import Settings, VllmSettings
+from pipeline.store.crash_journal import CrashJournal
 from pipeline.store.parquet import FAILURES, RESULTS, read_table
+
 
 def _run_id() -> str:
     """The flow run's id (a full UUID: run ids name Parquet parts, so they must never collide)."""
@@ -85,7 +86,8 @@ def _run_name() -> str:
 @leased
 async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", concurrency: int | None = None,
                          batch_size: int | None = None, force: bool = False, dask: str | None = None,
-                         shard: str | None = None, wait_for_lock: bool = True) -> dict[str, Any]:
+                         shard: str | None = None, wait_for_lock: bool = True,
+                         vllm_fallback: str | None = None) -> dict[str, Any]:
     """Extract every document under `input_dir` into Parquet under `out_dir`; returns the run summary.
     `input_dir` is a folder, or a reference to one kept in OUT (`pipeline.ingest.sources`: the one `idflow run`
     registers, or the lasting one an upload event or a nightly run passes), so the folder's name, which can hold
@@ -96,7 +98,8 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     counts. `shard` is a shard manifest from `extract-sharded` (flows/sharded.py): only the files it lists are
     processed, under the parent's lock. The run holds OUT's lock (`pipeline.run.session`) from before it reads
     what is done until its summary is written; another run holding it is waited for (logged), or, with
-    `wait_for_lock=False` (`idflow run` without `--wait`), refused with `OutputBusy`.
+    `wait_for_lock=False` (`idflow run` without `--wait`), refused with `OutputBusy`. `vllm_fallback` overrides
+    IDFLOW_VLLM_FALLBACK (`none` or `openai`) for this run.
     """
     install_masking("prefect", "prefect.flow_runs", "prefect.task_runs")
     logger = get_run_logger()
@@ -105,6 +108,8 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
         overrides["concurrency"] = concurrency
     if batch_size:
         overrides["batch_size"] = batch_size
+    if vllm_fallback:
+        overrides["vllm"] = VllmSettings(fallback=vllm_fallback)  # the rest of the pool's settings as read
     settings = await with_block_key(Settings(**overrides))
     out = Path(out_dir)
     root = sources.resolve(out, input_dir).resolve()  # absolute: the retry and review find files from any cwd

@@ -322,8 +322,7 @@ class BackgroundServer:
     def wait(self) -> str | None:
         """Block until the server answers `/api/health`, then set PREFECT_API_URL for this process (a Prefect
         settings context) and its children (the environment). Returns the API URL the run uses."""
-        from prefect.settings import get_current_settings
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+        from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
         from prefect.settings.models.server.ephemeral import ServerEphemeralSettings
 
         if self._error is not None:

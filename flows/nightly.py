@@ -28,10 +28,11 @@ from prefect.runtime import flow_run
 
 from flows.canary import drift_canary
 from flows.extract import extract_folder
-from pipeline.settings import Settings
-from pipeline.ingest.inbox import Completion, FolderLedger, folder_key, is_text, nightly_markdown, plan_nightly
+from pipeline.extract.registry import model_name
 from pipeline.ingest import sources
+from pipeline.ingest.inbox import Completion, FolderLedger, folder_key, is_text, nightly_markdown, plan_nightly
 from pipeline.masking import install_masking, redact
+from pipeline.settings import Settings
 from pipeline.store.parquet import readable_path
 
 _UNFINISHED = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED]
@@ -80,7 +81,7 @@ async def nightly(inbox: str, out_dir: str, backend: str = "ocr", marker: str = 
                 len(plan.todo), len(plan.already_done), len(plan.in_flight), len(plan.incomplete))
     outcomes: dict[str, str] = {}
     slots = asyncio.Semaphore(max(1, parallel_folders))
-    model = Settings(backend=backend).model_name
+    model = model_name(Settings(backend=backend))
 
     async def one(folder: Path) -> None:
         try:

@@ -14,9 +14,9 @@ from flows.limits import request_slots
 from flows.run_lease import leased
 from flows.secrets import with_block_key
 from flows.sigterm import stops_on_sigterm
-from pipeline.settings import Settings
 from pipeline.masking import install_masking
 from pipeline.ops.retry import retry_failures as retry_open_failures
+from pipeline.settings import Settings
 
 
 @flow(name="retry-failures", flow_run_name="retry failures", log_prints=False)

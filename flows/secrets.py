@@ -6,21 +6,16 @@ read inside the run, never passed as a flow parameter (parameters are stored and
 
 from __future__ import annotations
 
-import os
-
 from prefect.blocks.system import Secret
 from pydantic import SecretStr
 
-from pipeline.api_keys import clean_api_key
-from pipeline.settings import Settings
-
-KEY_BLOCK_ENV = "IDFLOW_OPENAI_KEY_BLOCK"
+from pipeline.settings import Settings, clean_api_key
 
 
 async def with_block_key(settings: Settings) -> Settings:
     """Fill the OpenAI-compatible key from the Secret block named in IDFLOW_OPENAI_KEY_BLOCK, if the
     environment and `.env` did not set one."""
-    block = os.environ.get(KEY_BLOCK_ENV)
+    block = settings.openai.key_block
     if not block or settings.openai.api_key is not None:
         return settings
     secret = await Secret.aload(block)

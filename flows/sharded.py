@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,18 +29,17 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.context import get_run_context
 from prefect.deployments import run_deployment
 
-from pipeline.store.atomic import write_json_atomic
-from pipeline.settings import Settings
 from pipeline.datamodel import Skipped
 from pipeline.ingest.discover import Discovery
 from pipeline.masking import install_masking
 from pipeline.run.report import summary_markdown
 from pipeline.run.session import Done, RunSession
 from pipeline.run.tally import RunTally
+from pipeline.settings import Settings
+from pipeline.store.atomic import write_json_atomic
 from pipeline.store.parquet import RUNS
 
 SHARDS = "shards"
-DEFAULT_SHARD_SIZE = 2000  # files per shard: minutes of work on one machine, a few hundred shards a night
 EXTRACT_DEPLOYMENT = "extract-folder/shard"
 _ADDITIVE = ("seen", "results", "failures", "skipped", "visual_tokens", "prompt_tokens", "completion_tokens",
              "estimated_cost")
@@ -155,10 +153,6 @@ def read_run_summary(out: Path, run_id: str) -> dict[str, Any]:
     return json.loads((out / RUNS / f"{run_id}.json").read_text(encoding="utf-8"))
 
 
-def shard_size_from_env() -> int:
-    return int(os.environ.get("IDFLOW_SHARD_SIZE", DEFAULT_SHARD_SIZE))
-
-
 @flow(name="extract-sharded", flow_run_name="sharded {input_dir}", log_prints=False)
 async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", shard_size: int | None = None,
                           parallel_shards: int = 8, attempts: int = 3, force: bool = False,
@@ -170,7 +164,7 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
     settings = Settings(backend=backend)
     root, out = Path(input_dir).resolve(), Path(out_dir).resolve()  # children run in other processes
     run_id = str(get_run_context().flow_run.id)
-    size = shard_size or shard_size_from_env()
+    size = shard_size or settings.schedule.shard_size
 
     async def launch(shard: Shard) -> dict[str, Any]:
         run = await run_deployment(deployment, timeout=None, poll_interval=poll_interval, parameters={

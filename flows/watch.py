@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline.store.atomic import write_json_atomic
 from pipeline.ingest.inbox import Completion, folder_key, is_text, read_json, upload_folder_of, upload_folders
-from pipeline.masking import redact
 from pipeline.ingest.sources import folder_reference
+from pipeline.masking import redact
+from pipeline.store.atomic import write_json_atomic
 from pipeline.store.parquet import readable_path
 
 UPLOAD_EVENT = "idflow.upload.ready"

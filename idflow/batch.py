@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from idflow.common import config_error, load_settings_pair
+from pipeline.datamodel import Failure, PreparedImage, Record, Skipped
+from pipeline.extract import registry
 from pipeline.extract.registry import OCR, OPENAI
 from pipeline.settings import Settings
-from pipeline.datamodel import Failure, PreparedImage, Record, Skipped
 
 if TYPE_CHECKING:
     from pipeline.datamodel import Extraction
@@ -49,8 +50,8 @@ def export(
     if not model:
         raise config_error("no model id: pass --model (the served model name for `vllm run-batch`)")
     # The batch request is the OpenAI-compatible backend's request, so results carry that fingerprint.
-    fingerprint = settings.model_copy(update={
-        "backend": OPENAI.name, "openai": settings.openai.model_copy(update={"model": model})}).fingerprint()
+    fingerprint = registry.fingerprint(settings.model_copy(update={
+        "backend": OPENAI.name, "openai": settings.openai.model_copy(update={"model": model})}))
     summary = asyncio.run(export_requests(_prepared_pages(input_dir, settings), file, request=settings.openai,
                                           model=model, fingerprint=fingerprint))
     typer.echo(f"{summary.requests} requests -> {summary.requests_path}; {summary.failures} pages failed before "
@@ -60,8 +61,8 @@ def export(
 async def _prepared_pages(input_dir: Path, settings: Settings) -> AsyncIterator[PreparedImage | Failure]:
     """The engine's prepare stage over the folder (every core); skips (hidden, duplicates) have nothing to export."""
     from pipeline.extract.factory import make_backend
-    from pipeline.run.engine import Engine
     from pipeline.ingest.discover import Discovery
+    from pipeline.run.engine import Engine
 
     async with Engine(settings, make_backend(settings, OCR.name)) as engine:
         async for item in engine.prepared(Discovery(input_dir, settings=settings.prepare).items()):
@@ -79,8 +80,8 @@ def import_(
 ) -> None:
     """Parse and validate every answer; write results and the failure queue as a run would. Pages OUT already
     has a result for are skipped (`already_done`). Exit 0 when every page of the export is accounted for."""
-    from pipeline.ops.batch_files import find_manifest, import_responses, read_manifest, store_import
     from pipeline.masking import redact
+    from pipeline.ops.batch_files import find_manifest, import_responses, read_manifest, store_import
     from pipeline.store.output_lock import OutputBusy
     from pipeline.store.parquet import OutputUnreadable
 

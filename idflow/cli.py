@@ -6,7 +6,6 @@ import asyncio
 import gc
 import importlib.util
 import json
-import os
 import sys
 import traceback
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -23,23 +23,29 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.markup import escape
 from rich.table import Table
 
-from pipeline.run import progress
-from idflow.common import (config_error, console, engine_errors_to_log, holding_output, load_settings,
-                           prefect_api, settings_problems)
+from idflow.batch import register as register_batch
+from idflow.common import (
+    config_error,
+    console,
+    engine_errors_to_log,
+    holding_output,
+    load_settings,
+    prefect_api,
+    settings_problems,
+)
 from idflow.ops import register as register_ops
 from idflow.retry import register as register_retry
 from idflow.review import print_corrections
 from idflow.review import register as register_review
-from idflow.batch import register as register_batch
 from idflow.vllm import register as register_vllm
-from pipeline.extract.registry import BACKEND_NAMES, VLM_NAMES, VLLM_KEY_MISSING, backend_spec, choices, escalates
-from pipeline.settings import Settings
+from pipeline.extract.registry import BACKEND_NAMES, VLLM_KEY_MISSING, VLM_NAMES, backend_spec, choices, escalates
 from pipeline.ingest.inbox import is_text
 from pipeline.masking import mask_id, mask_name, redact
+from pipeline.run import progress
 from pipeline.run.report import CONSOLE_COLUMNS, conflicts_line, masked_rows
+from pipeline.settings import Settings
 from pipeline.store.parquet import OutputUnreadable, check_parts, readable_path
 
 if TYPE_CHECKING:
@@ -105,9 +111,8 @@ def run(
     if out.resolve() == input_dir.resolve():
         raise config_error("--out is the input folder itself: choose another folder (one inside the input "
                            "folder is fine; it is not read as input)")
-    if fallback:
-        os.environ["IDFLOW_VLLM_FALLBACK"] = fallback  # the flow reads pool settings from the environment
-    settings = load_settings(backend=backend, concurrency=concurrency, batch_size=batch_size)
+    settings = load_settings(backend=backend, concurrency=concurrency, batch_size=batch_size,
+                             vllm_fallback=fallback)
     if dry_run:
         print_estimate(input_dir, settings)
         raise typer.Exit(0)
@@ -133,7 +138,8 @@ def run(
                         progress.listening(sink):
                     return await extract_folder(folder, str(out), backend=settings.backend,
                                                 concurrency=settings.concurrency, batch_size=settings.batch_size,
-                                                force=force, dask=dask, wait_for_lock=wait)
+                                                force=force, dask=dask, wait_for_lock=wait,
+                                                vllm_fallback=fallback)
             finally:
                 sources.forget(out, folder)
 
@@ -203,7 +209,7 @@ def print_summary(summary: dict) -> None:
 def show_rows(out: Path, run_id: str | None = None, limit: int = 20) -> None:
     """The first results (of one run, or all) and the failure queue's current state: each failing document
     once, with its failed attempts (of this run's failures only, when `run_id` is given)."""
-    from pipeline.store.failure_queue import current_failures
+    from pipeline.review.failure_queue import current_failures
     from pipeline.store.parquet import RESULTS, read_table
 
     results = read_table(out, RESULTS, run_id=run_id)
@@ -353,7 +359,8 @@ def calibrate(
 ) -> None:
     """Fit the confidence table of this backend + model + prompt from labelled documents, and store it
     (IDFLOW_CALIBRATION_DIR), so later runs with the same backend, model and prompt can auto-accept."""
-    from pipeline.trust.calibrate import MIN_DOCUMENTS, calibrate as fit_table
+    from pipeline.ops.calibrate import MIN_DOCUMENTS
+    from pipeline.ops.calibrate import calibrate as fit_table
 
     items = labelled_items(manifest, root)
     if len(items) < MIN_DOCUMENTS:
@@ -384,9 +391,9 @@ def doctor(
 ) -> None:
     """Three-step check of the model endpoint (text ping, image arrives, sample returns valid JSON)."""
     from pipeline.datamodel import DocumentRef, Failure
+    from pipeline.ingest.discover import sha256_file
     from pipeline.ops.doctor import doctor as run_doctor
     from pipeline.ops.doctor import doctor_pool
-    from pipeline.ingest.discover import sha256_file
     from pipeline.prepare import prepare_page
 
     try:

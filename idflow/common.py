@@ -23,9 +23,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from pipeline.extract.registry import backend_spec
-from pipeline.settings import Settings
 from pipeline.masking import redact
-from pipeline.vllm.settings import VllmSettings
+from pipeline.settings import Settings, VllmSettings
 
 console = Console()
 
@@ -111,8 +110,8 @@ def holding_output(out: Path, start: Callable[[], Awaitable[T]], *, wait: bool, 
     """Run `start()` (a command's flow) holding OUT's lock, taken here before any flow run exists and lent to the
     run session inside the flow; every way OUT stops the run is one line: busy (who holds it; `--wait`), damaged,
     not writable, full (where, how much is kept, what to do), exit 2. A SIGTERM: `stopped_by_signal(what_now)`."""
-    from pipeline.store.output_lock import OutputBusy, OutputUnwritable, hold_output
     from pipeline.run.session import OutputWriteError, storage_problem, what_to_do
+    from pipeline.store.output_lock import OutputBusy, OutputUnwritable, hold_output
     from pipeline.store.parquet import OutputUnreadable
 
     def waiting(message: str) -> None:
@@ -165,10 +164,14 @@ def _range(loc: tuple[Any, ...]) -> str:
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Settings from environment/.env plus CLI overrides; a bad value, or what the backend's own check finds
-    missing (a key, a model, a pool), is a configuration error (exit 2)."""
+    """Settings from environment/.env plus CLI overrides (`vllm_fallback`: the pool's IDFLOW_VLLM_FALLBACK); a bad
+    value, or what the backend's own check finds missing (a key, a model, a pool), is a configuration error
+    (exit 2)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        if "vllm_fallback" in given:  # the pool's other settings as the environment and .env give them
+            given["vllm"] = VllmSettings(fallback=given.pop("vllm_fallback"))
+        settings = Settings(**given)
     except ValidationError as exc:
         raise config_error(settings_problems(exc)) from None
     problem = backend_spec(settings.backend).check(settings)

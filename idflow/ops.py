@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from idflow.common import config_error, console, load_settings
-from pipeline.extract.registry import BACKEND_NAMES, choices
+from pipeline.extract.registry import BACKEND_NAMES, choices, model_name
 from pipeline.ingest.inbox import DEFAULT_MARKER, Completion
 
 InboxOption = Annotated[Optional[Path], typer.Option("--inbox", envvar="IDFLOW_INBOX",
@@ -69,7 +69,7 @@ def serve(
                   f"{'created with ' + str(request_limit) + ' slots' if created else 'exists, left as is'}")
     console.print(f"serving on-upload, nightly, retry-failures against {api}: inbox {root}, output {out_dir}")
     prefect_serve(*build_deployments(inbox=str(root), out_dir=str(out_dir), backend=settings.backend,
-                                     model=settings.model_name), limit=limit)
+                                     model=model_name(settings), schedule=settings.schedule), limit=limit)
 
 
 def watch(
@@ -85,8 +85,8 @@ def watch(
 ) -> None:
     """Emit `idflow.upload.ready` once per complete upload folder under ROOT (marker or quiet period); the event
     names the folder by a reference kept in OUT, never by its path (which can hold an ID number)."""
-    from pipeline.masking import install_masking
     from flows.watch import UploadWatcher, prefect_emitter, run
+    from pipeline.masking import install_masking
 
     folder = _existing_dir(root, "upload root")
     _require_server()

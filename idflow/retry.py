@@ -7,8 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from idflow.common import (config_error, console, engine_errors_to_log, holding_output, load_settings,
-                           prefect_api)
+from idflow.common import config_error, console, engine_errors_to_log, holding_output, load_settings, prefect_api
 from pipeline.extract.registry import BACKEND_NAMES, choices
 
 

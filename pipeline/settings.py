@@ -1,32 +1,78 @@
-"""One typed settings object for the whole pipeline (environment, `.env`, CLI overrides).
+"""One typed settings tree for the whole pipeline (environment, `.env`, CLI overrides), read once at the entry
+point and passed down: `Settings` with its groups (prepare, openai, vllm, calibration, review, canary, schedule).
 
-Why one object: the idempotency fingerprint is derived from it, so a change to any setting that can change a
-result (backend, model, prompt, schema, preprocessing) makes previously done documents eligible again.
+Why one tree: the idempotency fingerprint is derived from it (`pipeline.extract.registry.fingerprint`), so a
+change to any setting that can change a result (backend, model, prompt, schema, preprocessing) makes previously
+done documents eligible again; and every setting has one default, here. No other module reads the environment for
+a setting of ours. This module imports nothing of the pipeline: everything else may import it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import re
+import shlex
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, HttpUrl, SecretStr, TypeAdapter, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from pipeline.api_keys import clean_api_key
-from pipeline.extract.registry import BACKEND_NAMES, OCR, OPENAI, VLM_NAMES, backend_spec
-from pipeline.vllm.settings import VllmSettings
 
 # Read through importlib.resources so an installed wheel finds it wherever it runs from (`schemas/` at the
 # repository root is a symlink to this folder, kept for the README's references).
 SCHEMA_PATH = files("pipeline").joinpath("schemas", "id_document.schema.json")
 
-# The registered backend kinds (pipeline.extract.registry); a wrong name is refused listing them.
-Backend = Literal[BACKEND_NAMES]  # type: ignore[valid-type]
-VlmBackend = Literal[VLM_NAMES]  # type: ignore[valid-type]
+# The backend kinds, as the backend registry (`pipeline.extract.registry`) declares them; a test keeps the two equal.
+# A wrong name is refused listing them.
+Backend = Literal["ocr", "openai", "vllm", "hybrid"]
+VlmBackend = Literal["openai", "vllm"]
+BACKEND_NAMES: tuple[str, ...] = get_args(Backend)
+VLM_NAMES: tuple[str, ...] = get_args(VlmBackend)
+# The documented auto-accept threshold: a record whose least confident field is below it goes to a person, and the
+# hybrid backend asks its model about exactly what the OCR alone would not auto-accept.
+AUTO_ACCEPT_THRESHOLD = 0.95
+
+
+# Base URLs: an http(s) URL with a host, checked when the settings are read, so a mistyped one (`not a url`,
+# `ftp//host/api`) is a configuration error before any document is touched, not a run whose every document fails
+# as `endpoint_unavailable`.
+_HTTP_URL: TypeAdapter[HttpUrl] = TypeAdapter(HttpUrl)
+
+
+def http_base_url(value: str, setting: str) -> str:
+    """`value` stripped when it is an http(s) URL with a host; else ValueError naming `setting` (never the value:
+    a URL may carry credentials)."""
+    url = value.strip()
+    try:
+        parsed = _HTTP_URL.validate_python(url)
+    except ValidationError:
+        parsed = None
+    if parsed is None or not parsed.host or "://" not in url:
+        raise ValueError(f"{setting} must be an http(s) URL with a host, such as https://taotoken.net/api")
+    return url
+
+
+# What an API key may look like once read from the environment, `.env` or a console paste. Why a check and not
+# just `strip()`: a key is sent in an HTTP header, and a key with a newline, a space or an invisible character
+# (U+200B from a web console) inside cannot be; the HTTP library then fails with an error that quotes the header,
+# key included, and that error would travel into the failure queue and the logs as a retryable outage. Refused up
+# front, as a configuration error that names the setting and never the value.
+_SENDABLE = re.compile(r"[\x21-\x7e]*")  # visible ASCII: what an Authorization header can carry unchanged
+
+
+def clean_api_key(value: object) -> object:
+    """A pydantic `before` validator: surrounding whitespace (a pasted newline) is dropped; whitespace, control
+    or non-ASCII characters inside are a `ValueError` whose message does not contain the key."""
+    if not isinstance(value, str):
+        return value
+    key = value.strip()
+    if not _SENDABLE.fullmatch(key):
+        raise ValueError("the key contains whitespace, control or non-ASCII characters (a bad paste?): copy it "
+                         "again from the provider console")
+    return key
 
 
 class PrepareSettings(BaseSettings):
@@ -63,6 +109,9 @@ class OpenAISettings(BaseSettings):
                           description="base URL the SDK appends /chat/completions to")
     model: str | None = Field(None, validation_alias=AliasChoices("TAOTOKEN_MODEL", "IDFLOW_OPENAI_MODEL"),
                               description="model id as the provider lists it")
+    key_block: str | None = Field(None, validation_alias="IDFLOW_OPENAI_KEY_BLOCK",
+                                  description="a Prefect Secret block holding the key, read inside the run when the "
+                                              "environment and .env set none")
     # Request behaviour of pipeline.extract.model.openai_compat (why each bound exists: a document never loops).
     timeout_s: float = Field(60.0, gt=0, validation_alias="IDFLOW_OPENAI_TIMEOUT_S",
                              description="per HTTP request")
@@ -114,6 +163,109 @@ class OpenAISettings(BaseSettings):
         return value.strip() or None if value is not None else None
 
 
+POOL_FILE = "pool.json"
+PID_FILE = "pids.json"
+STATS_FILE = "pool-stats.json"
+
+
+class VllmSettings(BaseSettings):
+    """Everything `idflow vllm ...` and the `vllm` backend need; environment prefix `IDFLOW_VLLM_`.
+
+    Where the endpoints come from, in order: `IDFLOW_VLLM_ENDPOINTS` (comma-separated base URLs such as
+    `http://127.0.0.1:8004/v1`, with `IDFLOW_VLLM_MODEL`), else the pool file that `idflow vllm up` wrote in
+    `IDFLOW_VLLM_STATE_DIR`. The key is only ever read from `IDFLOW_VLLM_API_KEY` (never stored in a file)."""
+
+    model_config = SettingsConfigDict(env_prefix="IDFLOW_VLLM_", env_file=".env", extra="ignore",
+                                      hide_input_in_errors=True)  # an error's text never carries the key
+
+    endpoints: str = Field("", description="comma-separated base URLs; empty: read the pool file")
+    api_key: SecretStr | None = Field(None, description="the servers' key; read only from the environment")
+    model: str | None = Field(None, description="served model name the endpoints answer to")
+    state_dir: Path = Field(Path(".idflow/vllm"), description="pid file, pool file, server logs")
+    # launch
+    serve_command: str = Field("vllm serve", description="how to run `vllm serve` (e.g. a venv's bin/vllm)")
+    host: str = Field("127.0.0.1", description="documents are personal data: loopback unless asked otherwise")
+    port_base: int = Field(8004, ge=1, le=65535, description="port of the first server; one more per GPU")
+    prompt_budget_tokens: int = Field(1024, ge=64, description="instruction + chat template + repair turn")
+    extra_args: str = Field("", description="more `vllm serve` flags, shell syntax, appended as given")
+    startup_timeout_s: float = Field(1800.0, gt=0, description="load + profiling + graphs, per server")
+    stall_after_s: float = Field(180.0, gt=0, description="log silence that makes the watchdog speak")
+    stop_timeout_s: float = Field(30.0, gt=0, description="SIGTERM grace before SIGKILL")
+    # routing
+    per_endpoint_concurrency: int = Field(32, ge=1, le=1024, description="requests in flight per server")
+    attempts_per_endpoint: int = Field(2, ge=1, le=10, description="HTTP attempts before trying another server")
+    eject_after: int = Field(3, ge=1, description="consecutive failures that take a server out of rotation")
+    probe_after_s: float = Field(10.0, ge=0, description="wait before probing an ejected server's /health")
+    fallback: Literal["none", "openai"] = Field("none", description="when no server is healthy")
+
+    _clean_key = field_validator("api_key", mode="before")(clean_api_key)
+
+    @field_validator("model")
+    @classmethod
+    def _model_id(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
+
+    @property
+    def serve_argv(self) -> list[str]:
+        return shlex.split(self.serve_command)
+
+    @property
+    def pool_file(self) -> Path:
+        return self.state_dir / POOL_FILE
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / PID_FILE
+
+    @property
+    def stats_file(self) -> Path:
+        return self.state_dir / STATS_FILE
+
+    @property
+    def served_model(self) -> str:
+        """The model id for the run fingerprint: IDFLOW_VLLM_MODEL, else the pool file's, else "" (no pool)."""
+        try:
+            return self.model or self.resolve_pool().model
+        except (ValueError, KeyError, OSError):
+            return ""
+
+    def resolve_pool(self) -> PoolConfig:
+        """Endpoints and model from the environment, else from the pool file; a clear error when neither."""
+        if self.endpoints.strip():
+            urls = [u.strip().rstrip("/") for u in self.endpoints.split(",") if u.strip()]
+            bad = [u for u in urls if not _is_http_url(u)]
+            if bad:
+                raise ValueError(f"IDFLOW_VLLM_ENDPOINTS: {', '.join(bad)} is not an http(s) URL (expected e.g. "
+                                 "http://127.0.0.1:8000/v1, comma-separated)")
+            if not self.model:
+                raise ValueError("IDFLOW_VLLM_ENDPOINTS is set but IDFLOW_VLLM_MODEL is not: use the "
+                                 "--served-model-name of the servers")
+            return PoolConfig(urls, self.model, source="IDFLOW_VLLM_ENDPOINTS")
+        if not self.pool_file.is_file():
+            raise ValueError(f"no vLLM endpoints: set IDFLOW_VLLM_ENDPOINTS or start servers with "
+                             f"`idflow vllm up` (no pool file at {self.pool_file})")
+        data = json.loads(self.pool_file.read_text(encoding="utf-8"))
+        return PoolConfig([str(u) for u in data["endpoints"]], self.model or str(data["model"]),
+                          source=str(self.pool_file))
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        http_base_url(url, "IDFLOW_VLLM_ENDPOINTS")
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """The endpoints a pool routes to (base URLs ending in /v1) and the model id they serve."""
+
+    endpoints: list[str]
+    model: str
+    source: str  # where they came from, for messages
+
+
 def default_calibration_dir() -> Path:
     """The per-user data folder for fitted tables: `$XDG_DATA_HOME/idflow/calibration` (default
     `~/.local/share/idflow/calibration`)."""
@@ -134,40 +286,67 @@ class CalibrationSettings(BaseSettings):
                                                 "`idflow calibrate` fits on; not for production runs)")
 
 
+class ReviewSettings(BaseSettings):
+    """IDFLOW_REVIEW_THRESHOLD: a record whose least confident field is below it goes to a person."""
+
+    model_config = SettingsConfigDict(env_prefix="IDFLOW_REVIEW_", env_file=".env", extra="ignore")
+
+    # What is not accepted at it is exactly what a person sees.
+    threshold: float = Field(AUTO_ACCEPT_THRESHOLD, ge=0, le=1,
+                             description="auto-accept threshold on the least field confidence")
+
+
+CANARY_MANIFEST_NAME = "manifest.json"
+
+
+class CanarySettings(BaseSettings):
+    """IDFLOW_CANARY_DIR, IDFLOW_CANARY_MIN_ACCURACY: the known-answer documents every nightly run reads."""
+
+    model_config = SettingsConfigDict(env_prefix="IDFLOW_CANARY_", env_file=".env", extra="ignore")
+
+    dir: Path | None = Field(None, description="known-answer documents every nightly run reads: a folder with "
+                                               "manifest.json (the `idflow eval` format) or the manifest itself; "
+                                               "unset: no canary")
+    # Canary documents are chosen to be read right: a healthy backend scores 1.0 on clean ones, so one wrong field
+    # in twenty is already worth a look.
+    min_accuracy: float = Field(0.95, ge=0, le=1, description="canary field accuracy below which the nightly run "
+                                                             "emits idflow.canary.degraded")
+
+    def manifest(self) -> Path | None:
+        if self.dir is None:
+            return None
+        return self.dir if self.dir.suffix == ".json" else self.dir / CANARY_MANIFEST_NAME
+
+
+class ScheduleSettings(BaseSettings):
+    """When the deployments `idflow serve` starts run, and how `idflow sharded` cuts a folder."""
+
+    model_config = SettingsConfigDict(env_prefix="IDFLOW_", env_file=".env", extra="ignore")
+
+    timezone: str = Field("Asia/Shanghai", description="time zone of the nightly and retry schedules")
+    nightly_cron: str = Field("0 2 * * *", description="when the nightly run starts (cron)")
+    retry_cron: str = Field("0 6 * * *", description="when the failure-queue retry starts (cron)")
+    # Files per shard: minutes of work on one machine, a few hundred shards a night.
+    shard_size: int = Field(2000, ge=1, description="files per shard of `idflow sharded`")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="IDFLOW_", env_file=".env", extra="ignore")
 
-    backend: Backend = Field(OCR.name, description="which backend reads the pages")
+    backend: Backend = Field("ocr", description="which backend reads the pages")
     concurrency: int = Field(4, ge=1, le=256, description="documents in flight at once")
     # A batch's task run costs ~30 ms of CPU between the run and the Prefect server (its states, events and log
     # line), against ~40 ms a document on the VLM path: 64 keeps that near 1 %, and a 10,000-page night at ~160
     # task runs, well below the thousands that slow a Prefect server down, while Dask still gets work in pieces.
     batch_size: int = Field(64, ge=1, le=1024, description="documents per Prefect task")
     flush_every: int = Field(500, ge=1, description="documents per Parquet file; a crash loses at most this many")
-    hybrid_vlm: VlmBackend = Field(OPENAI.name, description="the VLM the hybrid backend escalates to")
-    # the documented auto-accept threshold: what the OCR alone would not auto-accept is what the model is asked about
-    hybrid_threshold: float = Field(0.95, ge=0, le=1, description="OCR field confidence below which hybrid escalates")
+    hybrid_vlm: VlmBackend = Field("openai", description="the VLM the hybrid backend escalates to")
+    hybrid_threshold: float = Field(AUTO_ACCEPT_THRESHOLD, ge=0, le=1,
+                                    description="OCR field confidence below which hybrid escalates")
     prepare: PrepareSettings = Field(default_factory=PrepareSettings)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     calibration: CalibrationSettings = Field(default_factory=CalibrationSettings)
-
-    @property
-    def model_name(self) -> str:
-        return backend_spec(self.backend).model_id(self)
-
-    def fingerprint_material(self) -> dict[str, object]:
-        """Everything that can change a result: the backend, its model, the schema, the image budget, and what
-        the backend's spec adds (a VLM's prompt; the hybrid's threshold and VLM)."""
-        return {
-            "backend": self.backend,
-            "model": self.model_name,
-            "schema": hashlib.sha256(SCHEMA_PATH.read_bytes()).hexdigest(),
-            "prepare": self.prepare.model_dump(),
-            **backend_spec(self.backend).fingerprint_material(self),
-        }
-
-    def fingerprint(self) -> str:
-        """Hash of `fingerprint_material()`; part of the idempotency key."""
-        blob = json.dumps(self.fingerprint_material(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+    review: ReviewSettings = Field(default_factory=ReviewSettings)
+    canary: CanarySettings = Field(default_factory=CanarySettings)
+    schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)

@@ -14,10 +14,10 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from pipeline.settings import SCHEMA_PATH
 from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, FieldReading, PreparedImage, Reason, Record
-from pipeline.formats.registered import FORMATS, NumberCheck
 from pipeline.formats.names import looks_like_name
+from pipeline.formats.registered import FORMATS, NumberCheck
+from pipeline.settings import SCHEMA_PATH
 
 
 @lru_cache(maxsize=1)

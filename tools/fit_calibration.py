@@ -38,17 +38,16 @@ from typing import TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure  # noqa: E402
 from pipeline.extract.ocr.backend import OcrBackend  # noqa: E402
 from pipeline.extract.registry import OCR, ocr_model_id  # noqa: E402
-from pipeline.trust.table import Calibration, evidence_class  # noqa: E402
+from pipeline.ingest.discover import sha256_file  # noqa: E402
+from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise  # noqa: E402
+from pipeline.prepare import prepare_page  # noqa: E402
+from pipeline.settings import Settings  # noqa: E402
 from pipeline.trust.fit import fit  # noqa: E402
 from pipeline.trust.rules import DISAGREEMENT_CAP  # noqa: E402
-from pipeline.settings import Settings  # noqa: E402
-from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure  # noqa: E402
-from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise  # noqa: E402
-from pipeline.ingest.discover import sha256_file  # noqa: E402
-from pipeline.prepare import prepare_page  # noqa: E402
-
+from pipeline.trust.table import Calibration, evidence_class  # noqa: E402
 
 # what the table is fitted for: tables are keyed (backend, model, prompt); the OCR has no prompt
 OCR_KEY = {"backend": OCR.name, "model": ocr_model_id(), "prompt": None}

@@ -27,13 +27,21 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pipeline.ops.canary import CANARY_EVENT, CANARY_RESOURCE, CanarySettings, canary_fields  # noqa: E402
-from pipeline.settings import CalibrationSettings, OpenAISettings, PrepareSettings, Settings  # noqa: E402
 from pipeline.datamodel import REASON_STAGES, RETRYABLE_REASONS, Reason, SkipReason  # noqa: E402
+from pipeline.ops.canary import CANARY_EVENT, CANARY_RESOURCE, canary_fields  # noqa: E402
 from pipeline.review.corrections import CORRECTION_SCHEMA  # noqa: E402
-from pipeline.review.queue import REASON_TEXT, RECORD_REASONS, ReviewSettings  # noqa: E402
+from pipeline.review.queue import REASON_TEXT, RECORD_REASONS  # noqa: E402
+from pipeline.settings import (  # noqa: E402
+    CalibrationSettings,
+    CanarySettings,
+    OpenAISettings,
+    PrepareSettings,
+    ReviewSettings,
+    ScheduleSettings,
+    Settings,
+    VllmSettings,  # noqa: E402
+)
 from pipeline.store.parquet import FAILURE_SCHEMA, RESULT_SCHEMA  # noqa: E402
-from pipeline.vllm.settings import VllmSettings  # noqa: E402
 
 REFERENCE = ROOT / "docs" / "reference.md"
 CONFIGURATION = ROOT / "docs" / "configuration.md"
@@ -44,10 +52,11 @@ SETTINGS_GROUPS: list[tuple[str, type[BaseSettings]]] = [
     ("Run (`pipeline.settings.Settings`)", Settings),
     ("Page preparation (`pipeline.settings.PrepareSettings`)", PrepareSettings),
     ("OpenAI-compatible endpoint (`pipeline.settings.OpenAISettings`)", OpenAISettings),
-    ("Local vLLM pool (`pipeline.vllm.settings.VllmSettings`)", VllmSettings),
+    ("Local vLLM pool (`pipeline.settings.VllmSettings`)", VllmSettings),
     ("Confidence tables (`pipeline.settings.CalibrationSettings`)", CalibrationSettings),
-    ("Review page (`pipeline.review.queue.ReviewSettings`)", ReviewSettings),
-    ("Drift canary of nightly runs (`pipeline.ops.canary.CanarySettings`)", CanarySettings),
+    ("Review page (`pipeline.settings.ReviewSettings`)", ReviewSettings),
+    ("Drift canary of nightly runs (`pipeline.settings.CanarySettings`)", CanarySettings),
+    ("Schedules and shards (`pipeline.settings.ScheduleSettings`)", ScheduleSettings),
 ]
 PARQUET_TABLES: list[tuple[str, str, pa.Schema]] = [
     ("Results", "OUT/results/run_date=YYYY-MM-DD/part-<run>-<n>.parquet", RESULT_SCHEMA),

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, FieldReading, PreparedImage
 from pipeline.extract.base import ExtractionBackend
 from pipeline.extract.registry import HYBRID, OCR
-from pipeline.trust.rules import DISAGREEMENT_CAP
-from pipeline.datamodel import FIELD_NAMES, Extraction, Failure, FieldReading, PreparedImage
 from pipeline.formats.registered import FORMATS
+from pipeline.trust.rules import DISAGREEMENT_CAP
 from pipeline.validate import field_errors
 
 if TYPE_CHECKING:

@@ -4,25 +4,27 @@ change a result (fingerprint material), whether it reads the full-resolution pag
 This is the one map from backend names to implementations; everything else asks a spec for a property
 (`is_vlm`, `vlm_of`, `reads_full_pixels`, `url_setting`, ...) instead of comparing names.
 
-Why the implementation is named ("module:Class") and not imported: `pipeline.settings` reads a kind's model id
-and fingerprint material from here, and every implementation imports `pipeline.settings` (its settings), so this
-module must import no implementation, not even inside a function. The class is resolved when a run builds its
-backend, which also keeps start-up light: the OCR path never loads HTTP clients, the API path never ONNX models.
+Why the implementation is named ("module:Class") and not imported: every entry point reads the settings'
+fingerprint and model id from here, so this module must import no implementation, not even inside a function.
+The class is resolved when a run builds its backend, which also keeps start-up light: the OCR path never loads
+HTTP clients, the API path never ONNX models. The settings name the same kinds (`pipeline.settings.Backend`), so
+a wrong name is refused when they are read; this module checks at import that both lists agree.
 """
 
 from __future__ import annotations
 
-import os
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from pipeline.urls import http_base_url
+from pipeline.settings import BACKEND_NAMES as SETTINGS_BACKEND_NAMES
+from pipeline.settings import SCHEMA_PATH, Settings, http_base_url
+from pipeline.trust.table import OCR_BACKEND, ocr_model_id
 
 if TYPE_CHECKING:
     from pipeline.extract.base import ExtractionBackend
-    from pipeline.settings import Settings
 
 OPENAI_NAME = "openai"  # the OpenAI-compatible kind, also a value of IDFLOW_VLLM_FALLBACK
 OPENAI_URL_SETTING = "TAOTOKEN_BASE_URL"
@@ -61,14 +63,6 @@ class BackendSpec:
         return resolve_name(self.implementation).from_run_settings(settings)
 
 
-@lru_cache(maxsize=1)
-def ocr_model_id() -> str:
-    """The embedded OCR's model id: the RapidOCR release, whose wheel ships the PP-OCR models."""
-    from importlib.metadata import version
-
-    return f"rapidocr-{version('rapidocr')}-ppocr"
-
-
 def _prompt_material(settings: Settings) -> dict[str, Any]:
     """What changes a VLM's answer besides its model: the instruction's version and language, and whether the
     answer is constrained by the JSON schema."""
@@ -104,7 +98,7 @@ def _check_openai(settings: Settings) -> str | None:
     if (problem := _openai_url_problem(settings)) is not None:
         return problem
     key = settings.openai.api_key
-    if (key is None or not key.get_secret_value()) and not os.environ.get("IDFLOW_OPENAI_KEY_BLOCK"):
+    if (key is None or not key.get_secret_value()) and not settings.openai.key_block:
         return ("TAOTOKEN_API_KEY is not set (environment, .env, or a Prefect Secret block named in "
                 "IDFLOW_OPENAI_KEY_BLOCK)")
     if not settings.openai.model:
@@ -125,7 +119,7 @@ def _check_vllm(settings: Settings) -> str | None:
 
 
 OCR = BackendSpec(
-    name="ocr", implementation="pipeline.extract.ocr.backend:OcrBackend",
+    name=OCR_BACKEND, implementation="pipeline.extract.ocr.backend:OcrBackend",
     model_id=lambda settings: ocr_model_id(), fingerprint_material=lambda settings: {},
     check=lambda settings: None, reads_full_pixels=True)
 OPENAI = BackendSpec(
@@ -171,3 +165,30 @@ def escalates(name: str | None) -> bool:
 def choices(names: tuple[str, ...] = BACKEND_NAMES) -> str:
     """Names as a CLI help text lists them."""
     return " | ".join(names)
+
+
+if BACKEND_NAMES != SETTINGS_BACKEND_NAMES:  # a kind registered here must be a value the settings accept
+    raise ImportError(f"backend kinds {BACKEND_NAMES} differ from pipeline.settings.Backend {SETTINGS_BACKEND_NAMES}")
+
+
+def model_name(settings: Settings) -> str:
+    """The model id of the run's backend (the OCR's release for `ocr`)."""
+    return backend_spec(settings.backend).model_id(settings)
+
+
+def fingerprint_material(settings: Settings) -> dict[str, object]:
+    """Everything that can change a result: the backend, its model, the schema, the image budget, and what the
+    backend's spec adds (a VLM's prompt; the hybrid's threshold and VLM)."""
+    return {
+        "backend": settings.backend,
+        "model": model_name(settings),
+        "schema": hashlib.sha256(SCHEMA_PATH.read_bytes()).hexdigest(),
+        "prepare": settings.prepare.model_dump(),
+        **backend_spec(settings.backend).fingerprint_material(settings),
+    }
+
+
+def fingerprint(settings: Settings) -> str:
+    """Hash of `fingerprint_material(settings)`; part of the idempotency key."""
+    blob = json.dumps(fingerprint_material(settings), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

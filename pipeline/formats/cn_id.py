@@ -15,7 +15,6 @@ An 18-character number of the resident-ID shape is checked whatever document it 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal, Sequence
@@ -25,7 +24,6 @@ from pipeline.formats.document_format import FormatDefaults, NumberCheck
 from pipeline.formats.lines import line_score, value_score
 from pipeline.formats.names import simplified
 from pipeline.formats.reading import CROSS_DISAGREES, Builder, DocumentType, Page
-
 
 _WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _CHECK_CHARS = "10X98765432"

@@ -24,13 +24,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal, Sequence
 
-from pipeline.formats import cn_id
-from pipeline.formats import mrz
+from pipeline.formats import cn_id, mrz
 from pipeline.formats.dates import make_date, normalise_text, parse_printed_dates, parse_validity, yymmdd
 from pipeline.formats.document_format import FormatDefaults, NumberCheck
 from pipeline.formats.lines import line_score
 from pipeline.formats.reading import CROSS_DISAGREES, UNCHECKED_NAME, Builder, DocumentType, Page
-
 
 _NUMBER_2017 = re.compile(r"[A-Z]{3}\d{12}")
 _NUMBER_2023 = re.compile(r"9\d{16}[0-9X]")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import date
 from typing import Sequence
 
-from pipeline.formats.registered import FORMATS, NAME_EXTENDED_CHECK
 from pipeline.formats.lines import OcrLine, zone_boxes_of
 from pipeline.formats.reading import DocumentReading, DocumentType, Page
+from pipeline.formats.registered import FORMATS, NAME_EXTENDED_CHECK
 
 __all__ = ["NAME_EXTENDED_CHECK", "DocumentReading", "DocumentType", "OcrLine", "read_document", "zone_boxes_of"]
 

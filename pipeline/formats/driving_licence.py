@@ -28,13 +28,11 @@ from datetime import date
 from typing import Literal, Sequence
 
 from pipeline.formats import national_mrz
-from pipeline.formats.dates import parse_printed_dates
 from pipeline.formats.dates import parse_printed_dates, yymmdd
 from pipeline.formats.national_mrz import Check, Layout
 from pipeline.formats.reading import HEURISTIC, Builder, Page
 from pipeline.formats.values import clean_name, clean_number
 from pipeline.formats.zone import ZoneFields, ZoneFormat
-
 
 FRENCH = Layout(
     prefix="D1FRA",

@@ -32,7 +32,6 @@ from pipeline.formats.national_mrz import Check, Layout
 from pipeline.formats.reading import Builder, Page
 from pipeline.formats.zone import ZoneFields, ZoneFormat
 
-
 LAYOUT = Layout(
     prefix=FRENCH_ID_PREFIX,
     width=36,

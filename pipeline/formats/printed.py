@@ -9,8 +9,8 @@ import re
 from pipeline.formats.dates import parse_printed_dates
 from pipeline.formats.document_format import FormatDefaults
 from pipeline.formats.lines import fold
-from pipeline.formats.reading import HEURISTIC, Builder, DocumentType, Page
 from pipeline.formats.printed_zone import latest_date, printed_name, unlabelled_number
+from pipeline.formats.reading import HEURISTIC, Builder, DocumentType, Page
 
 
 class PrintedFormat(FormatDefaults):

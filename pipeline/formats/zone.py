@@ -30,8 +30,16 @@ from pipeline.formats.document_format import FormatDefaults
 from pipeline.formats.lines import OcrLine, filler_rich, fold, zone_boxes_of
 from pipeline.formats.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK, TO_ALPHA, check_blind
 from pipeline.formats.names import looks_like_name
-from pipeline.formats.reading import CHECK_FAILED, CROSS_DISAGREES, HEURISTIC, UNCHECKED_NAME, Builder, DocumentType, Page
 from pipeline.formats.printed_zone import label_kind, printed_name, unlabelled_number
+from pipeline.formats.reading import (
+    CHECK_FAILED,
+    CROSS_DISAGREES,
+    HEURISTIC,
+    UNCHECKED_NAME,
+    Builder,
+    DocumentType,
+    Page,
+)
 
 # Below this similarity a printed name and a zone name are different names, not one name with a misprint
 # or OCR slip (ERIKKSON/ERIKSSON on the ICAO specimen): neither can be trusted over the other.

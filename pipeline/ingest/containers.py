@@ -33,8 +33,8 @@ from pathlib import Path
 import pypdfium2 as pdfium
 from PIL import ExifTags, Image, ImageOps
 
-from pipeline.settings import PrepareSettings
 from pipeline.datamodel import Reason
+from pipeline.settings import PrepareSettings
 
 _SNIFF_BYTES = 1024  # PDF allows junk before "%PDF-" within the first 1 KiB
 _PDF_POINTS_PER_INCH = 72.0

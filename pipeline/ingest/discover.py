@@ -25,9 +25,9 @@ from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.settings import PrepareSettings
-from pipeline.ingest.containers import ContainerError, file_type, os_failure, page_count, read_document
 from pipeline.datamodel import DocumentRef, Failure, Reason, Skipped, SkipReason
+from pipeline.ingest.containers import ContainerError, file_type, os_failure, page_count, read_document
+from pipeline.settings import PrepareSettings
 
 IN_PROGRESS_SUFFIXES = (".part", ".tmp", ".crdownload", ".partial")
 MARKER_NAMES = frozenset({"_READY", "_SUCCESS"})

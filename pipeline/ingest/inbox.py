@@ -19,12 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pipeline.store.atomic import write_json_atomic
 from pipeline.datamodel import SkipReason
 from pipeline.ingest.discover import skip_reason, walk
 from pipeline.masking import redact
-from pipeline.store.parquet import run_input_dir
-from pipeline.store.parquet import RUNS, readable_path
+from pipeline.store.atomic import write_json_atomic
+from pipeline.store.parquet import RUNS, readable_path, run_input_dir
 
 DEFAULT_MARKER = "_READY"
 STATE_DIR = "state"  # where the ledger was kept before it moved to OUT/sources/ (still read)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-
 import json
 import logging
 import os
@@ -38,17 +37,35 @@ from typing import Any, TextIO, get_args
 import httpx
 import openai
 
+from pipeline.datamodel import (
+    DocumentRef,
+    Extraction,
+    Failure,
+    PreparedImage,
+    Reason,
+    Record,
+    Skipped,
+    SkipReason,
+    Stage,
+)
 from pipeline.extract.model.http_errors import classify, not_a_completion
-from pipeline.extract.model.openai_compat import (RAW_LIMIT, answer_tokens, encode_jpeg, judge_answer, jpeg_data_url,
-                                             prompt_key, response_format, usage_tokens, user_message)
-from pipeline.extract.registry import OPENAI
-from pipeline.trust.table import Scorer, TableKey
-from pipeline.settings import CalibrationSettings, OpenAISettings, Settings
-from pipeline.datamodel import (DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped, SkipReason,
-                                Stage)
-from pipeline.masking import redact
+from pipeline.extract.model.openai_compat import (
+    RAW_LIMIT,
+    answer_tokens,
+    encode_jpeg,
+    jpeg_data_url,
+    judge_answer,
+    prompt_key,
+    response_format,
+    usage_tokens,
+    user_message,
+)
 from pipeline.extract.model.prompts import PROMPT_VERSION, load_prompt
+from pipeline.extract.registry import OPENAI
+from pipeline.masking import redact
 from pipeline.run.session import Done, RunSession
+from pipeline.settings import CalibrationSettings, OpenAISettings, Settings
+from pipeline.trust.table import Scorer, TableKey
 
 log = logging.getLogger(__name__)
 

@@ -13,38 +13,15 @@ endpoint that refuses every page scores 0): a silent canary must not look like a
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from pipeline.settings import Settings
+from pipeline.extract.registry import fingerprint, model_name
 from pipeline.masking import redact
+from pipeline.settings import CanarySettings, Settings
 
 CANARY_EVENT = "idflow.canary.degraded"  # a Prefect event name: stable, automations match it
 CANARY_RESOURCE = "idflow.canary."  # + backend name: the event's resource id
-MANIFEST_NAME = "manifest.json"
 CANARY_DIR = "canary"  # OUT/canary/<run id>.json: each nightly run's canary result (aggregate only)
-
-
-class CanarySettings(BaseSettings):
-    """IDFLOW_CANARY_DIR, IDFLOW_CANARY_MIN_ACCURACY: the known-answer documents every nightly run reads."""
-
-    model_config = SettingsConfigDict(env_prefix="IDFLOW_CANARY_", env_file=".env", extra="ignore")
-
-    dir: Path | None = Field(None, description="known-answer documents every nightly run reads: a folder with "
-                                               "manifest.json (the `idflow eval` format) or the manifest itself; "
-                                               "unset: no canary")
-    # Canary documents are chosen to be read right: a healthy backend scores 1.0 on clean ones, so one wrong field
-    # in twenty is already worth a look.
-    min_accuracy: float = Field(0.95, ge=0, le=1, description="canary field accuracy below which the nightly run "
-                                                             "emits idflow.canary.degraded")
-
-    def manifest(self) -> Path | None:
-        if self.dir is None:
-            return None
-        return self.dir if self.dir.suffix == ".json" else self.dir / MANIFEST_NAME
 
 
 @dataclass(frozen=True)
@@ -53,7 +30,7 @@ class CanaryReport:
 
     backend: str
     model: str
-    fingerprint: str  # the settings' (`Settings.fingerprint`): the same as the run's results carry
+    fingerprint: str  # the settings' (`registry.fingerprint`): the same as the run's results carry
     min_accuracy: float
     documents: int = 0
     fields_total: int = 0
@@ -95,11 +72,11 @@ class CanaryReport:
 async def read_canary(settings: Settings, canary: CanarySettings | None = None) -> CanaryReport | None:
     """Read the canary documents with `settings` (the run's backend, model and prompt) and score them; None when
     no canary is set. Any error reading it is reported as a degraded canary with the (masked) reason."""
-    canary = canary or CanarySettings()
+    canary = canary or settings.canary
     manifest = canary.manifest()
     if manifest is None:
         return None
-    base = CanaryReport(backend=settings.backend, model=settings.model_name, fingerprint=settings.fingerprint(),
+    base = CanaryReport(backend=settings.backend, model=model_name(settings), fingerprint=fingerprint(settings),
                         min_accuracy=canary.min_accuracy)
     # Imported here: the engine and its backends load only when a canary is set.
     from pipeline.ops.evaluation import evaluate, load_manifest

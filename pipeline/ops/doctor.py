@@ -24,14 +24,30 @@ import openai
 from dotenv import dotenv_values
 from PIL import Image, ImageDraw
 
-from pipeline.extract.model.http_errors import (IMAGE_FIX, RequestError, classify, host_port, is_local,
-                                           is_model_missing, not_a_completion, path_fix, public_url, server_message,
-                                           timed_out)
-from pipeline.extract.model.openai_compat import (OpenAICompatBackend, answer_text, encode_jpeg, jpeg_data_url,
-                                             make_client, usage_tokens, user_message)
-from pipeline.settings import OpenAISettings, PrepareSettings
 from pipeline.datamodel import DocumentRef, Extraction, PreparedImage, Reason
-from pipeline.vllm.settings import VllmSettings
+from pipeline.extract.model.http_errors import (
+    IMAGE_FIX,
+    RequestError,
+    classify,
+    host_port,
+    is_local,
+    is_model_missing,
+    not_a_completion,
+    path_fix,
+    public_url,
+    server_message,
+    timed_out,
+)
+from pipeline.extract.model.openai_compat import (
+    OpenAICompatBackend,
+    answer_text,
+    encode_jpeg,
+    jpeg_data_url,
+    make_client,
+    usage_tokens,
+    user_message,
+)
+from pipeline.settings import OpenAISettings, PrepareSettings, VllmSettings
 
 PROBE_TEXT = "Reply with the single word OK."
 PROBE_SIZE = (320, 192)  # small, multiples of 32: 60 visual tokens on Qwen3.5

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.settings import Settings
-from pipeline.ingest.containers import ContainerError, page_size
 from pipeline.datamodel import Failure, Skipped
+from pipeline.extract.model.prompts import load_prompt
+from pipeline.ingest.containers import ContainerError, page_size
 from pipeline.ingest.discover import Discovery
 from pipeline.prepare.resize import fit_to_budget, visual_tokens
-from pipeline.extract.model.prompts import load_prompt
+from pipeline.settings import Settings
 
 # Rough tokenizer-free figures: ~3 characters per token for the instruction (mixed English/JSON; Chinese is
 # closer to 1.5), ~30 tokens of chat template and image markers, ~60 tokens for a typical JSON answer.

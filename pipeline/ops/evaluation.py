@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.run import progress
-from pipeline.extract.model.answer_evidence import ANSWER_DISAGREEMENTS
-from pipeline.trust.table import field_class
-from pipeline.trust.rules import disagreeing_fields
-from pipeline.settings import Settings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
-from pipeline.ingest.discover import sha256_file
 from pipeline.extract.factory import make_backend
+from pipeline.trust.rules import ANSWER_DISAGREEMENTS
+from pipeline.ingest.discover import sha256_file
+from pipeline.run import progress
 from pipeline.run.engine import Engine
+from pipeline.settings import Settings
+from pipeline.trust.rules import disagreeing_fields
+from pipeline.trust.table import field_class
 
 THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
 TARGET_PRECISION = 0.995  # the precision an auto-accept threshold must reach
@@ -201,7 +201,7 @@ class EvalReport:
         """The report as JSON; `threshold`: the auto-accept threshold the shares are given at (the review
         page's, `IDFLOW_REVIEW_THRESHOLD`, by default)."""
         if threshold is None:
-            from pipeline.review.queue import ReviewSettings
+            from pipeline.settings import ReviewSettings
 
             threshold = ReviewSettings().threshold
         share, precision, accepted = self.accepted_at(threshold)

@@ -21,16 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.datamodel import RETRYABLE_REASONS, DocumentRef, Reason, Record
 from pipeline.extract.base import ExtractionBackend
 from pipeline.extract.factory import make_backend
-from pipeline.settings import Settings
 from pipeline.ingest.containers import ContainerError, page_count
-from pipeline.datamodel import RETRYABLE_REASONS, DocumentRef, Reason, Record
+from pipeline.review.failure_queue import OpenEntry, input_dirs, locate, open_entries, write_resolutions
+from pipeline.run.batches import Batch, BatchCounts, BatchRouter, Outcome, drive_batches, local_outcomes, record_batch
 from pipeline.run.engine import Engine, RequestSlot
-from pipeline.store.failure_queue import OpenEntry, input_dirs, locate, open_entries, write_resolutions
-from pipeline.run.batches import (Batch, BatchCounts, BatchRouter, Outcome, drive_batches, local_outcomes,
-                                   record_batch)
 from pipeline.run.session import Done, RunSession
+from pipeline.settings import Settings
 
 BatchRunner = Callable[[Batch, Callable[[Outcome, str], object]], Awaitable[BatchCounts]]
 INTERNAL_ERROR_ATTEMPTS = 2  # a bug gets one more try, then a person looks at it

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.settings import PrepareSettings
-from pipeline.ingest.containers import ContainerError
 from pipeline.datamodel import REASON_STAGES, DocumentRef, Failure, PreparedImage, Reason, Stage
+from pipeline.ingest.containers import ContainerError
 from pipeline.prepare.crop import ANALYSIS_LONG_EDGE, find_document
 from pipeline.prepare.load import VerifiedPage
 from pipeline.prepare.orient import Orientation, apply_orientation, make_upright
-from pipeline.prepare.resize import (cap_long_edge, capped_size, encode, enlarge_long_edge, fit_to_budget,
-                                     resize_to, visual_tokens)
+from pipeline.prepare.resize import (
+    cap_long_edge,
+    capped_size,
+    encode,
+    enlarge_long_edge,
+    fit_to_budget,
+    resize_to,
+    visual_tokens,
+)
+from pipeline.settings import PrepareSettings
 
 __all__ = ["FULL_MAX_LONG_EDGE", "Orientation", "encode", "fit_to_budget", "prepare_page", "visual_tokens"]
 

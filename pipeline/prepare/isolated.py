@@ -19,9 +19,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from pipeline.settings import PrepareSettings
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason
 from pipeline.prepare import prepare_page
+from pipeline.settings import PrepareSettings
 
 # Start-up (~0.8 s) plus a page: the slowest page measured prepares in under 2 s on one core.
 TIMEOUT_S = 120.0

@@ -23,10 +23,10 @@ import math
 import numpy as np
 from PIL import Image
 
-from pipeline.settings import PrepareSettings
-from pipeline.ingest.containers import ContainerError, open_page, page_size, read_document
 from pipeline.datamodel import DocumentRef, Reason
+from pipeline.ingest.containers import ContainerError, open_page, page_size, read_document
 from pipeline.prepare.resize import resize_to
+from pipeline.settings import PrepareSettings
 
 _WHITE = (255, 255, 255, 255)
 _ALPHA_MODES = frozenset({"LA", "La", "PA", "RGBA", "RGBa"})

@@ -16,8 +16,8 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, Template, select_autoescape
 
 from pipeline.review.queue import ReviewQueue
-from pipeline.store.parquet import RUNS
 from pipeline.review.summary import confidence_histogram
+from pipeline.store.parquet import RUNS
 
 REVIEW = "review"
 

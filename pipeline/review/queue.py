@@ -19,31 +19,26 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from pipeline.extract.model.answer_parsing import AnswerError, parse_answer
-from pipeline.settings import PrepareSettings
 from pipeline.datamodel import FIELD_NAMES, Reason
-from pipeline.store.failure_queue import current_failures, input_dirs
+from pipeline.extract.model.answer_parsing import AnswerError, parse_answer
 from pipeline.prepare import Orientation
 from pipeline.review.conflicts import CONFLICT_REASON, Conflict, find_conflicts
 from pipeline.review.corrections import latest_corrections
+from pipeline.review.failure_queue import current_failures, input_dirs
 from pipeline.review.thumbnails import Thumbnail, locate, thumbnail
-from pipeline.store.parquet import (FAILURES, RESULTS, RUNS, latest_results, latest_run_summary, read_table, run_input_dir,
-                            source_file_name)
+from pipeline.settings import PrepareSettings, ReviewSettings
+from pipeline.store.parquet import (
+    FAILURES,
+    RESULTS,
+    RUNS,
+    latest_results,
+    latest_run_summary,
+    read_table,
+    run_input_dir,
+    source_file_name,
+)
 
 MAX_PICTURES = 200
-
-
-class ReviewSettings(BaseSettings):
-    """IDFLOW_REVIEW_THRESHOLD: a record whose least confident field is below it goes to a person."""
-
-    model_config = SettingsConfigDict(env_prefix="IDFLOW_REVIEW_", env_file=".env", extra="ignore")
-
-    # The documented auto-accept threshold (README, "Sample data, accuracy and speed"): what is not accepted at it
-    # is exactly what a person sees.
-    threshold: float = Field(0.95, ge=0, le=1, description="auto-accept threshold on the least field confidence")
 
 
 REASON_TEXT: dict[str, str] = {

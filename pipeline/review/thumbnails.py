@@ -11,10 +11,10 @@ import base64
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.settings import PrepareSettings
 from pipeline.datamodel import DocumentRef, Failure
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import Orientation, cap_long_edge, encode, prepare_page
+from pipeline.settings import PrepareSettings
 
 THUMBNAIL_LONG_EDGE = 480
 THUMBNAIL_QUALITY = 80

@@ -22,14 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, TypeVar
 
+from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped
 from pipeline.extract.base import ExtractionBackend
 from pipeline.extract.registry import find_spec
-from pipeline.settings import Settings
-from pipeline.store.crash_journal import CrashJournal
-from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped
 from pipeline.masking import redact
 from pipeline.prepare import prepare_page
 from pipeline.prepare.isolated import prepare_isolated
+from pipeline.settings import Settings
+from pipeline.store.crash_journal import CrashJournal
 from pipeline.validate import validate
 
 Item = DocumentRef | Skipped | Failure

@@ -26,14 +26,15 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pipeline.settings import Settings
-from pipeline.store.crash_journal import CrashJournal
 from pipeline.datamodel import Failure, Record, Skipped
-from pipeline.store.output_lock import hold_output
+from pipeline.extract import registry
 from pipeline.review.conflicts import NO_CONFLICTS, run_conflicts
 from pipeline.review.corrections import not_to_read_again
-from pipeline.store.parquet import RunWriter, write_run_summary
 from pipeline.run.tally import RunTally
+from pipeline.settings import Settings
+from pipeline.store.crash_journal import CrashJournal
+from pipeline.store.output_lock import hold_output
+from pipeline.store.parquet import RunWriter, write_run_summary
 
 Outcome = Record | Failure | Skipped
 
@@ -120,7 +121,7 @@ class RunSession:
         `fingerprint` labels the rows (default: the settings'); `lock=False` for a shard, which runs under its
         parent's lock; OUT busy: wait (`wait`, reported through `on_wait`) or raise `OutputBusy`; `journal=False`
         for a run that prepares no page (a batch import, the sharded parent)."""
-        fingerprint = fingerprint or settings.fingerprint()
+        fingerprint = fingerprint or registry.fingerprint(settings)
         session: RunSession | None = None
         try:
             async with AsyncExitStack() as stack:

@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.extract.registry import SETTLED_BY_OCR
-from pipeline.settings import Settings
 from pipeline.datamodel import Failure, Record, Skipped
+from pipeline.extract.registry import SETTLED_BY_OCR, fingerprint, model_name
+from pipeline.settings import Settings
 
 
 @dataclass
@@ -70,8 +70,8 @@ class RunTally:
         return {
             "run_id": run_id,
             "backend": settings.backend,
-            "model": settings.model_name,
-            "fingerprint": settings.fingerprint(),
+            "model": model_name(settings),
+            "fingerprint": fingerprint(settings),
             "seen": self.seen,
             "results": self.results,
             "failures": self.failures,

@@ -27,9 +27,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.store.atomic import write_json_atomic
 from pipeline.datamodel import FIELD_NAMES, Failure, Reason, Record, Skipped
 from pipeline.masking import redact
+from pipeline.store.atomic import write_json_atomic
 
 RESULTS = "results"
 FAILURES = "failures"

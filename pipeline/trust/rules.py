@@ -22,6 +22,26 @@ from pipeline.formats.registered import FORMATS
 
 DISAGREEMENT_CAP = 0.5
 
+# A model answer's own disagreements: the answer's fields against the zone and printed copies it transcribed
+# (`pipeline.extract.model.answer_evidence`) and against the embedded OCR's reading of the same page.
+DISAGREES = "disagrees"  # the evidence source of a field whose sources contradict each other
+NAME_VS_ZONE = "cross.name_mrz_vs_viz"
+NAME_VS_PRINTED = "cross.name_answer_vs_printed"
+NUMBER_VS_ZONE = "cross.number_answer_vs_mrz"
+NUMBER_VS_PRINTED = "cross.number_answer_vs_printed"
+EXPIRY_VS_ZONE = "cross.expiry_answer_vs_mrz"
+# The answer's field against the embedded OCR's reading of the same page (`with_ocr_reading`).
+VS_OCR: dict[str, str] = {"name": "cross.name_answer_vs_ocr", "id_number": "cross.number_answer_vs_ocr",
+                          "expiry_date": "cross.expiry_answer_vs_ocr"}
+# The failed checks that make a field's sources disagree.
+DISAGREEMENTS: dict[str, tuple[str, ...]] = {
+    "name": (NAME_VS_ZONE, NAME_VS_PRINTED, VS_OCR["name"]),
+    "id_number": (NUMBER_VS_ZONE, NUMBER_VS_PRINTED, VS_OCR["id_number"]),
+    "expiry_date": (EXPIRY_VS_ZONE, VS_OCR["expiry_date"]),
+}
+# The same, as `cap_disagreements` takes it (failed check -> field).
+ANSWER_DISAGREEMENTS: dict[str, str] = {check: name for name, checks in DISAGREEMENTS.items() for check in checks}
+
 
 def disagreeing_fields(failures: list[str], extra: Mapping[str, str] | None = None) -> set[str]:
     """The fields whose sources disagree, from a reading's failed checks: the formats' disagreements and

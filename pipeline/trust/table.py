@@ -41,14 +41,13 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from pipeline.store.atomic import write_json_atomic
-from pipeline.extract.model.answer_evidence import ANSWER_DISAGREEMENTS, DISAGREES
-from pipeline.extract.registry import OCR, ocr_model_id
-from pipeline.trust.rules import DISAGREEMENT_CAP, cap_disagreements
 from pipeline.datamodel import Extraction, FieldReading
 from pipeline.formats.registered import FORMATS
+from pipeline.store.atomic import write_json_atomic
+from pipeline.trust.rules import ANSWER_DISAGREEMENTS, DISAGREEMENT_CAP, DISAGREES, cap_disagreements
 
 TABLE_NAME = "calibration_table.json"
+OCR_BACKEND = "ocr"  # the embedded backend's registered name (`pipeline.extract.registry.OCR`)
 
 
 def evidence_class(field: str, doc_type: str | None, checks: list[str], failures: list[str]) -> str:
@@ -83,9 +82,17 @@ class TableKey:
         return f"{readable}-{digest}.json"
 
 
+@cache
+def ocr_model_id() -> str:
+    """The embedded OCR's model id: the RapidOCR release, whose wheel ships the PP-OCR models."""
+    from importlib.metadata import version
+
+    return f"rapidocr-{version('rapidocr')}-ppocr"
+
+
 def ocr_key() -> TableKey:
     """The key of the embedded OCR's table (what a table file without a `key` is)."""
-    return TableKey(OCR.name, ocr_model_id(), None)
+    return TableKey(OCR_BACKEND, ocr_model_id(), None)
 
 
 def field_class(extraction: Extraction, name: str) -> str:

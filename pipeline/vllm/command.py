@@ -23,8 +23,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from pipeline.settings import PrepareSettings
-from pipeline.vllm.settings import VllmSettings
+from pipeline.settings import PrepareSettings, VllmSettings
 
 KEY_ENV = "VLLM_API_KEY"  # what vLLM reads when --api-key is not given
 KEY_PLACEHOLDER = '"$IDFLOW_VLLM_API_KEY"'  # what --dry-run prints instead of the key

@@ -24,9 +24,9 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
+from pipeline.settings import PID_FILE, POOL_FILE, STATS_FILE
 from pipeline.store.atomic import write_json_atomic
 from pipeline.vllm.command import ServerSpec
-from pipeline.vllm.settings import PID_FILE, POOL_FILE, STATS_FILE
 from pipeline.vllm.watchdog import LogWatchdog, StartupWatch
 
 PROBE_TEXT = "Reply with the single word OK."

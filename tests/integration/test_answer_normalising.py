@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from pipeline.datamodel import Extraction, Failure, Reason, Record
 from pipeline.extract.model.answer_parsing import normalised, parse_answer
 from pipeline.extract.model.openai_compat import OpenAICompatBackend
-from pipeline.datamodel import Extraction, Failure, Reason, Record
 from pipeline.validate import validate
-from tests.support.chat_server import VALID_ANSWER, ChatServer, ServerConfig
 from tests.integration.test_openai_backend import KEY, make_page, settings_for
+from tests.support.chat_server import VALID_ANSWER, ChatServer, ServerConfig
 
 PRC = "11010519491231002X"  # MOD 11-2 check character X
 

@@ -22,10 +22,10 @@ from pydantic import ValidationError
 
 from idflow.common import load_settings
 from pipeline.extract.factory import make_backend
-from pipeline.extract.registry import (BACKEND_NAMES, REGISTRY, VLLM_KEY_MISSING, VLM_NAMES, backend_spec,
-                                        find_spec)
-from pipeline.settings import SCHEMA_PATH, Settings
 from pipeline.extract.model.prompts import PROMPT_VERSION
+from pipeline.extract.registry import (BACKEND_NAMES, REGISTRY, VLLM_KEY_MISSING, VLM_NAMES, backend_spec, find_spec,
+                                       fingerprint, fingerprint_material, model_name)
+from pipeline.settings import SCHEMA_PATH, Settings
 from tests.support.paths import REPO
 
 KEY = "sk-registry-test-key"
@@ -167,10 +167,11 @@ def test_building_a_backend_loads_only_what_it_uses(backend: str, absent: list[s
     """Loading the settings loads no implementation; building one kind loads nothing of another."""
     script = f"""
 import asyncio, sys
+from pipeline.extract.registry import fingerprint
 from pipeline.settings import Settings
 settings = Settings(backend={backend!r}, openai={{"api_key": "k", "model": "m"}},
                     vllm={{"endpoints": "http://127.0.0.1:9/v1", "model": "m", "api_key": "k"}})
-settings.fingerprint()
+fingerprint(settings)
 assert not [m for m in sys.modules if m.startswith(("openai", "onnxruntime", "rapidocr", "pipeline.extract.ocr.backend",
                                                     "pipeline.extract.model.openai_compat"))], "settings alone"
 from pipeline.extract.factory import make_backend
@@ -273,9 +274,9 @@ FINGERPRINT_CASES = [
 def test_fingerprint_material_is_unchanged(case: dict[str, object]) -> None:
     settings = Settings(**case)
     expected = _pinned_material(str(case["backend"]), settings)
-    assert settings.fingerprint_material() == expected
-    assert settings.model_name == expected["model"]
-    assert settings.fingerprint() == _old_fingerprint(expected)
+    assert fingerprint_material(settings) == expected
+    assert model_name(settings) == expected["model"]
+    assert fingerprint(settings) == _old_fingerprint(expected)
 
 
 def test_what_changes_a_result_changes_the_fingerprint() -> None:
@@ -283,8 +284,8 @@ def test_what_changes_a_result_changes_the_fingerprint() -> None:
     changed = [base.model_copy(update=u) for u in ({"hybrid_threshold": 0.9}, {"hybrid_vlm": "vllm"},
                                                    {"backend": "openai"})]
     changed.append(base.model_copy(update={"openai": base.openai.model_copy(update={"prompt_lang": "zh"})}))
-    prints = {base.fingerprint(), *(s.fingerprint() for s in changed)}
+    prints = {fingerprint(base), *(fingerprint(s) for s in changed)}
     assert len(prints) == 1 + len(changed)
     ocr = Settings(backend="ocr")
-    assert ocr.fingerprint() == ocr.model_copy(update={"openai": ocr.openai.model_copy(
-        update={"prompt_lang": "zh"})}).fingerprint()  # the OCR sends no prompt
+    assert fingerprint(ocr) == fingerprint(ocr.model_copy(update={"openai": ocr.openai.model_copy(
+        update={"prompt_lang": "zh"})}))  # the OCR sends no prompt

@@ -14,15 +14,14 @@ from typing import Any
 
 import pytest
 
-from pipeline.extract.model.openai_compat import encode_jpeg
-from pipeline.settings import Settings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure
-from pipeline.ops.evaluation import load_manifest
+from pipeline.extract.model.openai_compat import encode_jpeg
 from pipeline.ingest.discover import sha256_file
+from pipeline.ops.evaluation import load_manifest
 from pipeline.prepare import prepare_page
 from pipeline.review.queue import record_confidence
+from pipeline.settings import Settings
 from pipeline.store.parquet import RESULTS, read_table
-
 from tests.support.chat_server import ChatServer, ServerConfig, image_sha256
 from tests.support.idflow_process import REPO, run_env
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.ops.canary import CANARY_DIR, CANARY_EVENT
 from pipeline.ingest.discover import sha256_file
+from pipeline.ops.canary import CANARY_DIR, CANARY_EVENT
 from pipeline.store.parquet import RESULTS, RUNS, read_table
 from tests.support.paths import REPO
 from tests.support.prefect_server import Stack, prefect_server, wait_for

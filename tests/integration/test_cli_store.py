@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from idflow.cli import app
-from pipeline.store.failure_queue import current_failures
+from pipeline.review.failure_queue import current_failures
 from pipeline.store.parquet import FAILURES, RESULTS, RUNS, read_table, source_file_name
 from tests.support.chat_server import ChatServer, ServerConfig
 from tests.support.paths import REPO

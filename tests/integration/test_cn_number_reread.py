@@ -15,8 +15,7 @@ import cv2
 import numpy as np
 import pytest
 
-from pipeline.extract.ocr import cn_number_reread
-from pipeline.extract.ocr import page_read
+from pipeline.extract.ocr import cn_number_reread, page_read
 from pipeline.extract.ocr.backend import recognise_line
 from pipeline.formats import cn_id
 from pipeline.formats.document import OcrLine, read_document

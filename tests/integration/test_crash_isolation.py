@@ -14,15 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.extract.factory import make_backend
-from pipeline.settings import PrepareSettings, Settings
-from pipeline.store.crash_journal import JOURNAL_DIR, CrashJournal, unfinished_keys
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason
-from pipeline.run.engine import Engine
-from pipeline.store.held_file import PENDING_GRACE_S
+from pipeline.extract.factory import make_backend
 from pipeline.ingest.discover import Discovery
 from pipeline.prepare import prepare_page
 from pipeline.prepare.isolated import prepare_isolated
+from pipeline.run.engine import Engine
+from pipeline.settings import PrepareSettings, Settings
+from pipeline.store.crash_journal import JOURNAL_DIR, CrashJournal, unfinished_keys
+from pipeline.store.held_file import PENDING_GRACE_S
 from tests.support import isolation_targets
 from tests.support.paths import REPO
 

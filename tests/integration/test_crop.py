@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.settings import PrepareSettings
 from pipeline.datamodel import DocumentRef, PreparedImage
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import prepare_page
 from pipeline.prepare.crop import find_document
+from pipeline.settings import PrepareSettings
 from synth import conditions as C
 from synth import render as R
 from synth.identities import random_cn_person, random_mrz_person

@@ -19,16 +19,16 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from pipeline.settings import PrepareSettings, Settings
-from pipeline.ingest.containers import open_page, page_size
 from pipeline.datamodel import DocumentRef, Failure, PreparedImage, Reason
-from pipeline.ops.estimate import estimate_folder
+from pipeline.ingest.containers import open_page, page_size
 from pipeline.ingest.discover import Discovery, sha256_file
+from pipeline.ops.estimate import estimate_folder
 from pipeline.prepare import FULL_MAX_LONG_EDGE, _working_page, prepare_page
 from pipeline.prepare.crop import find_document
 from pipeline.prepare.load import VerifiedPage, load_page
 from pipeline.prepare.orient import make_upright
 from pipeline.prepare.resize import cap_long_edge, capped_size, fit_to_budget
+from pipeline.settings import PrepareSettings, Settings
 from synth import conditions as C
 from synth import render as R
 from synth.identities import random_mrz_person

@@ -8,9 +8,8 @@ from typing import Any, Callable
 
 import pytest
 
-from pipeline.settings import OpenAISettings, PrepareSettings
 from pipeline.ops.doctor import DoctorReport, doctor
-
+from pipeline.settings import OpenAISettings, PrepareSettings
 from tests.support.chat_server import ChatServer
 
 KEY = "sk-doctor-5e8b1f2a9c7d3e40"

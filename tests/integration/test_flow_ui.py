@@ -16,8 +16,8 @@ import pytest
 
 from pipeline.store.parquet import RESULTS, RUNS
 from tests.support.browser import Browser, BrowserBinaries
-from tests.support.prefect_server import Stack, prefect_server, wait_for
 from tests.support.paths import REPO
+from tests.support.prefect_server import Stack, prefect_server, wait_for
 
 BATCH = 4
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from pipeline.settings import OpenAISettings, Settings
 from pipeline.datamodel import DocumentRef, Record
-from pipeline.ingest.discover import sha256_file
 from pipeline.extract.factory import make_backend
+from pipeline.ingest.discover import sha256_file
 from pipeline.run.engine import Engine
+from pipeline.settings import OpenAISettings, Settings
 from tests.support.chat_server import VALID_ANSWER, ChatServer, ServerConfig
 
 KEY = "hybrid-test-key-0123456789"

@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.ingest.containers import ContainerError
 from pipeline.datamodel import DocumentRef, Reason
+from pipeline.ingest.containers import ContainerError
 from pipeline.ingest.discover import Discovery
 from pipeline.prepare.load import load_page
 from tests.support.paths import REPO
 from tests.unit.test_ingest_odd_files import SETTINGS, _png, _png_bytes
-
 
 _DISCOVER = textwrap.dedent("""
     import json, sys

@@ -18,17 +18,16 @@ import httpx
 import openai
 import pytest
 
-from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg, jpeg_data_url
-from pipeline.settings import OpenAISettings, Settings
-from pipeline.ingest.containers import page_count
 from pipeline.datamodel import DocumentRef, Extraction, PreparedImage
+from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg, jpeg_data_url
+from pipeline.extract.model.prompts import load_prompt
 from pipeline.formats.mrz import parse
+from pipeline.ingest.containers import page_count
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import prepare_page
-from pipeline.extract.model.prompts import load_prompt
+from pipeline.settings import OpenAISettings, Settings
 from tests.support.chat_server import ServerConfig
-from tests.support.mistake_server import (FIELDS, MistakeConfig, MistakeRates, MistakeServer, PageTruth,
-                                          index_manifest)
+from tests.support.mistake_server import FIELDS, MistakeConfig, MistakeRates, MistakeServer, PageTruth, index_manifest
 from tests.support.paths import REPO
 
 MANIFEST = REPO / "data" / "sample_ground_truth.json"

@@ -7,13 +7,12 @@ from __future__ import annotations
 import random
 from datetime import date
 
-from pipeline.extract.ocr import name_reread
-from pipeline.extract.ocr import backend as ocr
-from pipeline.extract.ocr import page_read
-from pipeline.settings import Settings
 from pipeline.datamodel import DocumentRef
+from pipeline.extract.ocr import backend as ocr
+from pipeline.extract.ocr import name_reread, page_read
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import prepare_page
+from pipeline.settings import Settings
 from synth import conditions as C
 from synth import hard as H
 from synth import render as R

@@ -11,10 +11,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from pipeline.datamodel import DocumentRef, PreparedImage
 from pipeline.extract.ocr import page_read
 from pipeline.extract.ocr.backend import OcrBackend, read_page
 from pipeline.extract.ocr.rapidocr_stages import detector_limit
-from pipeline.datamodel import DocumentRef, PreparedImage
 from synth import render as R
 from synth.identities import random_mrz_person
 

@@ -17,10 +17,9 @@ import httpx
 import numpy as np
 import pytest
 
+from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason
 from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg
 from pipeline.settings import OpenAISettings
-from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason
-
 from tests.support.chat_server import VALID_ANSWER, ChatServer, image_sha256
 from tests.support.paths import REPO
 from tests.support.prefect_server import wait_for

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from flows.watch import STATE_NAME
 from pipeline.ingest.inbox import LEDGER_DIR, LEDGER_NAME
 from pipeline.ingest.sources import folder_reference, resolve
 from pipeline.store.parquet import RESULTS, RUNS
-from flows.watch import STATE_NAME
 from tests.support.browser import Browser, BrowserBinaries
-from tests.support.prefect_server import Stack, prefect_server, wait_for
 from tests.support.paths import REPO
+from tests.support.prefect_server import Stack, prefect_server, wait_for
 
 SAMPLES = ("cn_front.jpg", "passport_td3.jpg", "broken.jpg")  # two good documents and one failure
 

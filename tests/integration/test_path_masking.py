@@ -8,8 +8,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+from pipeline.review.failure_queue import input_dirs
 from pipeline.store.parquet import run_input_dir
-from pipeline.store.failure_queue import input_dirs
 from tests.support.chat_server import ChatServer, ServerConfig
 from tests.support.idflow_process import idflow, no_server_left, run_env, unique_scans
 

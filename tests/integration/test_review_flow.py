@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.store.failure_queue import open_entries
 from pipeline.review.corrections import corrected_keys, final_records, read_corrections
+from pipeline.review.failure_queue import open_entries
 from pipeline.store.parquet import RESULTS, read_table
+from tests.support.paths import REPO
 from tests.support.prefect_server import wait_for
 from tests.support.review_data import review_inputs
-from tests.support.paths import REPO
 
 RIGHT_NUMBER = "110101199003071233"  # cn_front.jpg: valid MOD 11-2 check character
 WRONG_NUMBER = "110101199003071234"  # one check digit off

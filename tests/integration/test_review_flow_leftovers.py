@@ -23,9 +23,9 @@ import pytest
 from pipeline.review.corrections import read_corrections
 from pipeline.store.parquet import RESULT_SCHEMA, RESULTS, write_part, write_run_summary
 from pipeline.validate import schema
-from tests.support.prefect_server import wait_for
 from tests.integration.test_review_flow import _answer, _env
 from tests.support.paths import REPO
+from tests.support.prefect_server import wait_for
 
 NUMBER = "110101199003071233"  # valid MOD 11-2
 OTHER_NUMBER = "11010519491231002X"  # valid too; typed into the expiry field by mistake

@@ -19,9 +19,9 @@ from pipeline.datamodel import FIELD_NAMES
 from pipeline.review.queue import build_queue
 from pipeline.review.thumbnails import THUMBNAIL_LONG_EDGE
 from pipeline.store.parquet import FAILURES, RESULTS, read_table
-from tests.support.review_data import BLURRED, review_inputs
 from tests.support.browser import Browser, BrowserBinaries
 from tests.support.paths import REPO
+from tests.support.review_data import BLURRED, review_inputs
 
 THRESHOLD = 0.9
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.store.failure_queue import current_failures
 from pipeline.ingest.discover import Discovery
+from pipeline.review.failure_queue import current_failures
 from pipeline.store.output_lock import OutputBusy, hold_output
 from tests.support.chat_server import ChatServer, ServerConfig
 from tests.support.idflow_process import idflow, no_server_left, run_env, unique_scans

@@ -18,18 +18,17 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.store.atomic import write_json_atomic
+from pipeline.datamodel import Extraction, Failure, Reason
 from pipeline.extract.model.openai_compat import OpenAICompatBackend
 from pipeline.extract.model.vllm_pool import VllmPoolBackend
-from pipeline.settings import OpenAISettings
-from pipeline.datamodel import Extraction, Failure, Reason
+from pipeline.settings import OpenAISettings, VllmSettings
+from pipeline.store.atomic import write_json_atomic
 from pipeline.vllm import launcher
 from pipeline.vllm.command import ServerSpec
-from pipeline.vllm.settings import VllmSettings
 from tests.support.chat_server import ChatServer, ServerConfig
 from tests.support.pages import make_page
-from tests.support.prefect_server import wait_for
 from tests.support.paths import REPO
+from tests.support.prefect_server import wait_for
 
 KEY = "sk-pool-test-5d1e9a"
 MODEL = "qwen3.5-2b"

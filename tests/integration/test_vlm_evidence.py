@@ -16,13 +16,12 @@ from typing import Any, Sequence
 import numpy as np
 import pytest
 
+from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Record
 from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg
-from pipeline.settings import CalibrationSettings, OpenAISettings
-from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record
 from pipeline.formats.mrz import check_ok
+from pipeline.settings import CalibrationSettings, OpenAISettings
 from pipeline.validate import validate
 from synth.identities import MRZPerson
-
 from tests.support.chat_server import ChatCall, ChatServer, Reply, ServerConfig, image_sha256
 
 KEY = "sk-test-evidence-0123456789"

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.ops.evaluation import evaluate, load_manifest
 from pipeline.settings import CalibrationSettings, OpenAISettings, Settings
-from pipeline.ops.evaluation import load_manifest, evaluate
-
 from tests.support.chat_server import ServerConfig
 from tests.support.idflow_process import REPO
 from tests.support.mistake_server import MistakeConfig, MistakeRates, MistakeServer, index_manifest

@@ -10,7 +10,6 @@ import pytest
 from pipeline.formats.document import OcrLine, read_document
 from tests.unit.test_fields_document import TODAY
 
-
 SPECIMENS = [
     "arg0s1080_mrz_specimens/images/passports/Canada.png",
     "arg0s1080_mrz_specimens/images/id_cards/Latvia.png",

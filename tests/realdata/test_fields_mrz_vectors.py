@@ -11,7 +11,6 @@ import pytest
 from pipeline.formats import mrz
 from tests.unit.test_fields_mrz import TODAY
 
-
 # Vectors we deliberately do not assert, with the reason (everything else is asserted).
 SKIPPED = {
     "tests/td1_chk_04.py": "asserts Arg0s1080 warning texts (truncation, 10-year validity), not fields",

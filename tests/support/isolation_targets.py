@@ -6,8 +6,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from pipeline.settings import PrepareSettings
 from pipeline.datamodel import DocumentRef
+from pipeline.settings import PrepareSettings
 
 
 def segfault(ref: DocumentRef, settings: PrepareSettings, *, keep_full: bool) -> None:

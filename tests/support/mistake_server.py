@@ -80,14 +80,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.extract.model.openai_compat import encode_jpeg
-from pipeline.settings import PrepareSettings, Settings
-from pipeline.ingest.containers import page_count
 from pipeline.datamodel import DocumentRef, PreparedImage
+from pipeline.extract.model.openai_compat import encode_jpeg
+from pipeline.ingest.containers import page_count
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import prepare_page
-from synth.identities import (CN_GIVEN, CN_REGIONS, CN_SURNAMES, LATIN_GIVEN, LATIN_SURNAMES, MRZPerson, add_years,
-                              random_date)
+from pipeline.settings import PrepareSettings, Settings
+from synth.identities import (
+    CN_GIVEN,
+    CN_REGIONS,
+    CN_SURNAMES,
+    LATIN_GIVEN,
+    LATIN_SURNAMES,
+    MRZPerson,
+    add_years,
+    random_date,
+)
 from synth.sample_set import GROUND_TRUTH
 from tests.support.chat_server import ChatCall, ChatServer, HttpError, Reply, ServerConfig, image_sha256
 

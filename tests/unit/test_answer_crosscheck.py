@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from pipeline.extract.model.answer_evidence import VS_OCR, AnswerEvidence, judge, unproven, with_ocr_reading
 from pipeline.datamodel import FieldReading
+from pipeline.extract.model.answer_evidence import VS_OCR, AnswerEvidence, judge, unproven, with_ocr_reading
 from pipeline.formats.cn_id import check_char
 
 PRC_NUMBER = "11010519491231002" + check_char("11010519491231002")

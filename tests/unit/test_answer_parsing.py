@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.extract.model.answer_parsing import AnswerError, parse_answer
 from pipeline.datamodel import Reason
+from pipeline.extract.model.answer_parsing import AnswerError, parse_answer
 
 OBJ = {"name": "ZHANG SAN", "id_number": None}
 JSON = '{"name": "ZHANG SAN", "id_number": null}'

@@ -7,20 +7,26 @@ import asyncio
 import json
 import os
 import shutil
-from pathlib import Path
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 from typer.testing import CliRunner
 
-from pipeline.extract.model.openai_compat import OpenAICompatBackend
-from pipeline.ops.batch_files import (ImportReport, export_requests, find_manifest, import_responses, manifest_path,
-                                  read_manifest)
 from idflow.batch import batch_app
-from pipeline.settings import OpenAISettings
 from pipeline.datamodel import Extraction, Failure, Reason
+from pipeline.extract.model.openai_compat import OpenAICompatBackend
+from pipeline.ops.batch_files import (
+    ImportReport,
+    export_requests,
+    find_manifest,
+    import_responses,
+    manifest_path,
+    read_manifest,
+)
+from pipeline.settings import OpenAISettings
 from pipeline.store.parquet import FAILURES, RESULTS, read_table
 from tests.support.chat_server import VALID_ANSWER
 from tests.support.pages import make_page

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.ops.batch_files import import_responses, manifest_path, read_manifest
-from idflow.cli import app
 from idflow.batch import batch_app
+from idflow.cli import app
 from pipeline.datamodel import Extraction, Failure, Reason
+from pipeline.ops.batch_files import import_responses, manifest_path, read_manifest
+from pipeline.review.failure_queue import current_failures
 from pipeline.run.engine import finish
-from pipeline.store.failure_queue import current_failures
 from pipeline.store.parquet import FAILURES, RESULTS, RUNS, RunWriter, read_table, write_run_summary
 from tests.support.chat_server import VALID_ANSWER
 from tests.unit.test_batch_files import MODEL, completion, export, output_line

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.trust import fit as fit_calibration
-from pipeline.trust.table import Calibration, evidence_class, shipped
 from pipeline.datamodel import DocumentRef, Extraction, FieldReading
 from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult
+from pipeline.trust import fit as fit_calibration
+from pipeline.trust.table import Calibration, evidence_class, shipped
 
 
 def test_evidence_classes_follow_the_checks():

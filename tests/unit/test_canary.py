@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from pipeline.ops.canary import CanaryReport, CanarySettings, canary_fields, read_canary
-from pipeline.settings import Settings
+from pipeline.ops.canary import CanaryReport, canary_fields, read_canary
+from pipeline.settings import CanarySettings, Settings
 
 
 def test_off_by_default_and_the_manifest_is_found_in_the_folder_or_named(monkeypatch: pytest.MonkeyPatch,

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.trust.table import Calibration, evidence_class
-from pipeline.trust.rules import DISAGREEMENT_CAP, cap_disagreements, disagreeing_fields
 from pipeline.datamodel import DocumentRef, Extraction, FieldReading
-from pipeline.formats.document import OcrLine, read_document
 from pipeline.formats.cn_id import statutory_span
+from pipeline.formats.document import OcrLine, read_document
 from pipeline.formats.lines import value_score
+from pipeline.trust.rules import DISAGREEMENT_CAP, cap_disagreements, disagreeing_fields
+from pipeline.trust.table import Calibration, evidence_class
 from tests.unit.test_fields_document import BACK, FRONT, NUMBER, page, states
 from tests.unit.test_fields_driving_licence import BUILT
 from tests.unit.test_fields_driving_licence import FRONT as LICENCE_FRONT

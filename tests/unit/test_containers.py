@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from pipeline.datamodel import Reason
+from pipeline.ingest.containers import ContainerError, Kind, open_page, page_count, page_size, read_document, sniff
 from pipeline.masking import redact
 from pipeline.settings import PrepareSettings
-from pipeline.ingest.containers import ContainerError, Kind, open_page, page_count, page_size, read_document, sniff
-from pipeline.datamodel import Reason
 
 SETTINGS = PrepareSettings()
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from flows.deployments import DEFAULT_NIGHTLY_CRON, DEFAULT_RETRY_CRON, build_deployments
+from flows.deployments import build_deployments
+from pipeline.settings import ScheduleSettings
 from tests.support.paths import REPO
 
 ENV = {"IDFLOW_INBOX": "/srv/inbox", "IDFLOW_OUT": "/srv/out", "IDFLOW_BACKEND": "ocr",
@@ -39,7 +40,8 @@ def declared() -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def served() -> dict[str, Any]:
     deployments = build_deployments(inbox=ENV["IDFLOW_INBOX"], out_dir=ENV["IDFLOW_OUT"],
-                                    backend=ENV["IDFLOW_BACKEND"], model="m", timezone=ENV["IDFLOW_TIMEZONE"])
+                                    backend=ENV["IDFLOW_BACKEND"], model="m",
+                                    schedule=ScheduleSettings(timezone=ENV["IDFLOW_TIMEZONE"]))
     return {d.name: d for d in deployments}
 
 
@@ -58,7 +60,8 @@ def test_same_entrypoint_parameters_limit_and_description(declared, served) -> N
 
 
 def test_same_schedules(declared, served) -> None:
-    defaults = {"nightly": DEFAULT_NIGHTLY_CRON, "retry-failures": DEFAULT_RETRY_CRON}
+    defaults = {"nightly": ScheduleSettings.model_fields["nightly_cron"].default,
+                "retry-failures": ScheduleSettings.model_fields["retry_cron"].default}
     for name, dep in served.items():
         code = [(s.schedule.cron, s.schedule.timezone) for s in dep.schedules or []]
         yml = [(s["cron"], s["timezone"]) for s in declared[name].get("schedules", [])]

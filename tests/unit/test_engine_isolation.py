@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.settings import Settings
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped, SkipReason
-from pipeline.run.engine import Engine
 from pipeline.ingest.discover import sha256_file
+from pipeline.run.engine import Engine
+from pipeline.settings import Settings
 
 FIELDS = {"doc_type": "passport", "name": "DOE JANE", "id_number": None, "expiry_date": None,
           "orientation": "landscape"}

@@ -8,8 +8,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from idflow.cli import app
-from pipeline.settings import Settings
 from pipeline.ops.estimate import estimate_folder
+from pipeline.settings import Settings
 
 
 def test_estimate_counts_tokens_from_headers(tmp_path: Path) -> None:

@@ -13,13 +13,21 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.settings import Settings
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
-from pipeline.store.failure_queue import current_failures, input_dirs, locate, open_entries, read_resolutions
-from pipeline.ops.retry import retry_failures
 from pipeline.ingest.discover import sha256_file
-from pipeline.store.parquet import (FAILURE_SCHEMA, FAILURES, RESULT_SCHEMA, RESULTS, failure_row, read_table, write_part,
-                            write_run_summary)
+from pipeline.ops.retry import retry_failures
+from pipeline.review.failure_queue import current_failures, input_dirs, locate, open_entries, read_resolutions
+from pipeline.settings import Settings
+from pipeline.store.parquet import (
+    FAILURE_SCHEMA,
+    FAILURES,
+    RESULT_SCHEMA,
+    RESULTS,
+    failure_row,
+    read_table,
+    write_part,
+    write_run_summary,
+)
 
 FIELDS = {"doc_type": "passport", "name": "TEST PERSON", "id_number": None, "expiry_date": "2031-01-01",
           "orientation": "landscape"}

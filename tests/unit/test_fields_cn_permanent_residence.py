@@ -45,8 +45,7 @@ def test_invalid_numbers(number: str) -> None:
 
 
 def test_check_characters_follow_the_resident_id_rule() -> None:
-    from pipeline.formats import cn_id
-    from pipeline.formats import mrz
+    from pipeline.formats import cn_id, mrz
 
     assert cn_id.check_char(N2023[:17]) == N2023[17] and cn_id.check_char(N2023_X[:17]) == "X"
     assert mrz.check_digit(N2017[:14]) == int(N2017[14])

@@ -7,11 +7,11 @@ from datetime import date
 
 import pytest
 
-from pipeline.trust.table import evidence_class
-from pipeline.formats.document import OcrLine, read_document
 from pipeline.formats import mrz
+from pipeline.formats.document import OcrLine, read_document
 from pipeline.formats.mrz import check_digit
 from pipeline.formats.printed_zone import label_kind
+from pipeline.trust.table import evidence_class
 
 TODAY = date(2026, 6, 1)
 TD3 = ["P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10"]

@@ -7,8 +7,7 @@ from datetime import date
 
 import pytest
 
-from pipeline.formats import driving_licence
-from pipeline.formats import mrz
+from pipeline.formats import driving_licence, mrz
 from pipeline.formats.document import read_document
 from tests.unit.test_fields_document import page, states
 

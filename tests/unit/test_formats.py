@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.extract.hybrid import passes_checks
-from pipeline.trust.table import evidence_class
-from pipeline.settings import SCHEMA_PATH
 from pipeline.datamodel import DocumentRef, Extraction, Reason
+from pipeline.extract.hybrid import passes_checks
+from pipeline.extract.model.prompts import load_prompt
 from pipeline.formats.document import read_document
-from pipeline.formats.registered import FORMATS, FormatDefaults, NumberCheck
 from pipeline.formats.lines import line_score
 from pipeline.formats.reading import Builder, Page
-from pipeline.extract.model.prompts import load_prompt
+from pipeline.formats.registered import FORMATS, FormatDefaults, NumberCheck
+from pipeline.settings import SCHEMA_PATH
+from pipeline.trust.table import evidence_class
 from pipeline.validate import refuted_fields, semantic_problems
-from tests.unit.test_fields_document import TD3, page, states
 from tests.support.paths import REPO as ROOT
+from tests.unit.test_fields_document import TD3, page, states
 
 TODAY = date(2026, 6, 1)
 

@@ -126,3 +126,46 @@ def test_flows_do_not_import_the_cli() -> None:
 def test_a_circle_is_found_when_there_is_one() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def _room(module: str) -> str:
+    """The room a module stands in: its role package under `pipeline/` (`pipeline.store`), a top-level module of
+    `pipeline/` itself (`pipeline.settings`), else its top-level package (`flows`)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "pipeline" and len(parts) > 1 else parts[0]
+
+
+def _room_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for module, targets in edges.items():
+        rooms.setdefault(_room(module), set()).update(_room(t) for t in targets if _room(t) != _room(module))
+    return rooms
+
+
+def test_no_import_runs_back_up_a_floor() -> None:
+    """The role packages form floors: a package may import the ones below it, never one that imports it back
+    (directly or through others), so the floor plan reads one way, as the run does."""
+    edges, _ = _graph()
+    assert _circles(_room_edges(edges)) == []
+
+
+def test_a_room_import_running_back_up_is_found() -> None:
+    edges = {"pipeline.store.parquet": {"pipeline.review.corrections"},
+             "pipeline.review.queue": {"pipeline.store.parquet"}, "pipeline.review.corrections": set()}
+    assert _circles(_room_edges(edges)) == [["pipeline.review", "pipeline.store"]]
+
+
+def test_pipeline_top_level_keeps_only_the_data_model_and_the_settings() -> None:
+    """At most 8 modules stand at the top of pipeline/ (the data model, the settings and what every stage shares);
+    everything else lives in the role package a newcomer would look in."""
+    top = sorted(p.name for p in (REPO / "pipeline").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 8, top
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A file name names one module: `grep`, a traceback or a review comment never leaves a reader guessing."""
+    names: dict[str, list[str]] = {}
+    for path in sorted((REPO / "pipeline").rglob("*.py")):
+        if path.name != "__init__.py":
+            names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}

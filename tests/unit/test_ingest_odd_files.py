@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.settings import PrepareSettings
 from pipeline.datamodel import RETRYABLE_REASONS, DocumentRef, Failure, PreparedImage, Reason, Skipped, SkipReason
 from pipeline.ingest.discover import Discovery, Item, walk
 from pipeline.prepare import prepare_page
+from pipeline.settings import PrepareSettings
 
 SETTINGS = PrepareSettings()
 

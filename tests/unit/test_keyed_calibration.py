@@ -7,12 +7,12 @@ import json
 import math
 from pathlib import Path
 
-from pipeline.extract.model.answer_evidence import split_answer, value_scores
-from pipeline.trust.table import (DISAGREEMENT_CAP, Calibration, Scorer, TableKey, Tables, ocr_key, shipped,
-                                  unknown)
-from pipeline.trust.fit import fit, wilson
-from pipeline.settings import Settings
 from pipeline.datamodel import DocumentRef, Extraction, FieldReading
+from pipeline.extract.model.answer_evidence import split_answer, value_scores
+from pipeline.extract.registry import fingerprint
+from pipeline.settings import Settings
+from pipeline.trust.fit import fit, wilson
+from pipeline.trust.table import DISAGREEMENT_CAP, Calibration, Scorer, TableKey, Tables, ocr_key, shipped, unknown
 
 KEY = TableKey("openai", "qwen3.5-vl", "extract_v3.en")
 
@@ -71,7 +71,7 @@ def test_a_disagreement_is_capped_below_any_threshold_whatever_the_table_says() 
 def test_calibration_is_not_part_of_the_fingerprint(tmp_path: Path) -> None:
     base = Settings()
     moved = base.model_copy(update={"calibration": base.calibration.model_copy(update={"dir": tmp_path})})
-    assert base.fingerprint() == moved.fingerprint()
+    assert fingerprint(base) == fingerprint(moved)
 
 
 def test_each_field_scores_its_own_lowest_token() -> None:

@@ -13,8 +13,19 @@ import pytest
 
 from pipeline.formats.cn_id import is_valid_number
 from pipeline.formats.mrz import parse
-from tests.support.mistake_server import (KINDS, PAIRS, LogprobModel, MistakeRates, PageTruth, applies, compose,
-                                          draw_mistakes, page_truth, render_answer, token_logprobs)
+from tests.support.mistake_server import (
+    KINDS,
+    PAIRS,
+    LogprobModel,
+    MistakeRates,
+    PageTruth,
+    applies,
+    compose,
+    draw_mistakes,
+    page_truth,
+    render_answer,
+    token_logprobs,
+)
 
 TODAY = dt.date(2026, 1, 1)
 PASSPORT = {"path": "e0001_passport_clean_png.png", "page": 0, "doc_type": "passport", "name": "VAN DER BERG JAN PIETER",

@@ -7,8 +7,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pipeline
-from pipeline.settings import SCHEMA_PATH
 from pipeline.extract.model.prompts import load_prompt
+from pipeline.settings import SCHEMA_PATH
 from tests.support.paths import REPO
 
 PACKAGE = Path(pipeline.__file__).resolve().parent

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.settings import PrepareSettings
-from pipeline.ingest.containers import ContainerError
 from pipeline.datamodel import DocumentRef, Failure, Reason
+from pipeline.ingest.containers import ContainerError
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import prepare_page
 from pipeline.prepare.load import load_page
 from pipeline.prepare.orient import Orientation, apply_orientation, detect_orientation
 from pipeline.prepare.resize import encode, fit_to_budget, resize_to, visual_tokens
+from pipeline.settings import PrepareSettings
 from tests.unit.test_containers import png_header_only
 
 SETTINGS = PrepareSettings()

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from pipeline.settings import SCHEMA_PATH
 from pipeline.extract.model.prompts import load_prompt
+from pipeline.settings import SCHEMA_PATH
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

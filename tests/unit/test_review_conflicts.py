@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.datamodel import FIELD_NAMES
-from pipeline.run.report import conflicts_line
-from pipeline.review.conflicts import (CONFLICT_REASON, LISTED, Reading, group_conflicts, find_conflicts,
-                                      run_conflicts)
+from pipeline.review.conflicts import CONFLICT_REASON, LISTED, Reading, find_conflicts, group_conflicts, run_conflicts
 from pipeline.review.corrections import Correction, write_corrections
 from pipeline.review.queue import build_queue
+from pipeline.run.report import conflicts_line
 from pipeline.store.parquet import RESULT_SCHEMA, RESULTS, write_part, write_run_summary
 
 NUMBER = "UT4815926"

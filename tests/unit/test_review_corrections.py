@@ -7,7 +7,6 @@ import dataclasses
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
-from pipeline.store.failure_queue import open_entries
 from pipeline.review.corrections import (
     CORRECTIONS,
     Correction,
@@ -20,6 +19,7 @@ from pipeline.review.corrections import (
     not_to_read_again,
     write_corrections,
 )
+from pipeline.review.failure_queue import open_entries
 from pipeline.store.parquet import RESULT_SCHEMA, RESULTS, write_part
 from tests.unit.test_failure_queue import FakeBackend, queue, retry  # noqa: F401  (queue is a fixture)
 

@@ -88,7 +88,7 @@ def test_a_decided_failure_leaves_the_queue_even_without_a_page(tmp_path: Path) 
     person's decision: the queue `idflow show` prints and the retry both leave it (the retry used to call it
     'for a person' again, and show listed it as still failing)."""
     from pipeline.datamodel import Failure
-    from pipeline.store.failure_queue import current_failures, open_entries
+    from pipeline.review.failure_queue import current_failures, open_entries
     from pipeline.store.parquet import FAILURE_SCHEMA, FAILURES, failure_row
 
     inbox, out = tmp_path / "in", tmp_path / "out"

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from PIL import Image
 
-from pipeline.settings import PrepareSettings
 from pipeline.datamodel import FIELD_NAMES, DocumentRef
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import Orientation, prepare_page
 from pipeline.review.queue import _failure_item, _result_item
 from pipeline.review.thumbnails import THUMBNAIL_LONG_EDGE, locate, thumbnail
+from pipeline.settings import PrepareSettings
 from pipeline.store.parquet import path_bytes, readable_path
 
 

@@ -10,11 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.settings import Settings
-from pipeline.datamodel import (DocumentRef, Extraction, Failure, FieldReading, PreparedImage, Reason, Record,
-                                Skipped, SkipReason)
-from pipeline.store.output_lock import OutputBusy
+from pipeline.datamodel import (
+    DocumentRef,
+    Extraction,
+    Failure,
+    FieldReading,
+    PreparedImage,
+    Reason,
+    Record,
+    Skipped,
+    SkipReason,
+)
 from pipeline.run.session import Done, RunSession
+from pipeline.settings import Settings
+from pipeline.store.output_lock import OutputBusy
 from pipeline.store.parquet import FAILURES, RESULTS, RUNS, read_table
 
 

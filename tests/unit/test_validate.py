@@ -7,8 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.datamodel import (FIELD_NAMES, DocumentRef, Extraction, Failure, FieldReading, PreparedImage, Reason,
-                                Record)
+from pipeline.datamodel import (
+    FIELD_NAMES,
+    DocumentRef,
+    Extraction,
+    Failure,
+    FieldReading,
+    PreparedImage,
+    Reason,
+    Record,
+)
 from pipeline.validate import field_errors, semantic_problems, validate
 
 REF = DocumentRef(path=Path("x.png"), rel_path="x.png", sha256="0" * 64)

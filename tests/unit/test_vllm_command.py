@@ -11,9 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from idflow.vllm import vllm_app
-from pipeline.settings import PrepareSettings
+from pipeline.settings import PrepareSettings, VllmSettings
 from pipeline.vllm.command import filter_flags, known_flags, max_model_len, plan
-from pipeline.vllm.settings import VllmSettings
 
 SECRET = "sk-never-printed-8c1f"
 

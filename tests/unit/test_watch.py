@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.ingest.inbox import Completion, read_json
 from flows.watch import STATE_NAME, UploadWatcher, event_id, run
+from pipeline.ingest.inbox import Completion, read_json
 
 
 class FakeEmit:

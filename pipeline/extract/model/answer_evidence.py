@@ -46,32 +46,24 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Sequence
 
-from pipeline.extract.model.answer_parsing import normalised
 from pipeline.datamodel import FIELD_NAMES, FieldReading
-from pipeline.formats.registered import FORMATS, NAME_EXTENDED_CHECK, ZoneFields, ZoneFormat
+from pipeline.extract.model.answer_parsing import normalised
 from pipeline.formats.lines import fold
 from pipeline.formats.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK
+from pipeline.formats.registered import FORMATS, NAME_EXTENDED_CHECK, ZoneFields, ZoneFormat
+from pipeline.trust.rules import (
+    DISAGREEMENTS,
+    DISAGREES,
+    EXPIRY_VS_ZONE,
+    NAME_VS_PRINTED,
+    NAME_VS_ZONE,
+    NUMBER_VS_PRINTED,
+    NUMBER_VS_ZONE,
+    VS_OCR,
+)
 
 EVIDENCE_KEYS = ("mrz", "printed")  # answer keys that are evidence, not fields of the record
-DISAGREES = "disagrees"  # the evidence source of a field whose sources contradict each other
-NAME_VS_ZONE = "cross.name_mrz_vs_viz"
-NAME_VS_PRINTED = "cross.name_answer_vs_printed"
-NUMBER_VS_ZONE = "cross.number_answer_vs_mrz"
-NUMBER_VS_PRINTED = "cross.number_answer_vs_printed"
-EXPIRY_VS_ZONE = "cross.expiry_answer_vs_mrz"
-# The answer's field against the embedded OCR's reading of the same page (`with_ocr_reading`).
-VS_OCR: dict[str, str] = {"name": "cross.name_answer_vs_ocr", "id_number": "cross.number_answer_vs_ocr",
-                          "expiry_date": "cross.expiry_answer_vs_ocr"}
 OCR_AGREES = "+ocr"  # appended to a field's evidence source when the OCR read the same value
-# The failed checks that make a field's sources disagree.
-DISAGREEMENTS: dict[str, tuple[str, ...]] = {
-    "name": (NAME_VS_ZONE, NAME_VS_PRINTED, VS_OCR["name"]),
-    "id_number": (NUMBER_VS_ZONE, NUMBER_VS_PRINTED, VS_OCR["id_number"]),
-    "expiry_date": (EXPIRY_VS_ZONE, VS_OCR["expiry_date"]),
-}
-# The same, as `confidence_rules.cap_disagreements` takes it (failed check -> field).
-ANSWER_DISAGREEMENTS: dict[str, str] = {check: name for name, checks in DISAGREEMENTS.items() for check in checks}
-
 # The JSON schema of the evidence keys, added to the project schema in `response_format`.
 EVIDENCE_SCHEMA: dict[str, Any] = {
     "mrz": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},

@@ -20,8 +20,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pipeline.extract.model.answer_evidence import Judged, unproven, with_ocr_reading
 from pipeline.datamodel import FieldReading, PreparedImage
+from pipeline.extract.model.answer_evidence import Judged, unproven, with_ocr_reading
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None

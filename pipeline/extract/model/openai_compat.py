@@ -29,17 +29,16 @@ from typing import Any, Sequence
 import cv2
 import openai
 
+from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
 from pipeline.extract.model.answer_evidence import EVIDENCE_SCHEMA, Judged, judge, split_answer, value_scores
 from pipeline.extract.model.answer_parsing import AnswerError, parse_answer
-from pipeline.extract.model.http_errors import (RequestError, classify, not_a_completion, public_url, redact,
-                                           timed_out)
-from pipeline.extract.registry import OPENAI, OPENAI_URL_SETTING, find_spec
+from pipeline.extract.model.http_errors import RequestError, classify, not_a_completion, public_url, redact, timed_out
 from pipeline.extract.model.ocr_crosscheck import OcrCrossCheck
-from pipeline.trust.table import Scorer, TableKey
-from pipeline.settings import SCHEMA_PATH, CalibrationSettings, OpenAISettings, Settings
-from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
-from pipeline.prepare.resize import encode
 from pipeline.extract.model.prompts import PROMPT_VERSION, load_prompt, repair_prompt
+from pipeline.extract.registry import OPENAI, OPENAI_URL_SETTING, find_spec
+from pipeline.prepare.resize import encode
+from pipeline.settings import SCHEMA_PATH, CalibrationSettings, OpenAISettings, Settings
+from pipeline.trust.table import Scorer, TableKey
 from pipeline.validate import field_errors, number_refutation, schema_errors, semantic_problems
 
 log = logging.getLogger(__name__)

@@ -27,13 +27,12 @@ from typing import Any, Sequence
 import httpx
 from pydantic import SecretStr
 
-from pipeline.store.atomic import write_json_atomic
+from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
 from pipeline.extract.base import ExtractionBackend
 from pipeline.extract.model.openai_compat import CircuitBreaker, OpenAICompatBackend
 from pipeline.extract.registry import VLLM
-from pipeline.settings import OpenAISettings, Settings
-from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
-from pipeline.vllm.settings import VllmSettings
+from pipeline.settings import OpenAISettings, Settings, VllmSettings
+from pipeline.store.atomic import write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -33,18 +33,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.trust import table as calibration
-from pipeline.extract.ocr import cn_number_reread
-from pipeline.extract.ocr import mrz_reread
-from pipeline.extract.ocr import name_reread
-from pipeline.extract.ocr import page_read
-from pipeline.extract.ocr import rapidocr_stages
-from pipeline.extract.ocr import zone_only
-from pipeline.extract.registry import OCR, ocr_model_id
 from pipeline.datamodel import Extraction, Failure, PreparedImage
+from pipeline.extract.ocr import cn_number_reread, mrz_reread, name_reread, page_read, rapidocr_stages, zone_only
+from pipeline.extract.registry import OCR, ocr_model_id
 from pipeline.formats.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, read_document
-from pipeline.formats.registered import FORMATS
 from pipeline.formats.lines import filler_rich
+from pipeline.formats.registered import FORMATS
+from pipeline.trust import table as calibration
 
 if TYPE_CHECKING:
     from pipeline.settings import Settings

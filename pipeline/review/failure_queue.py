@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.ingest.discover import sha256_file
+from pipeline.review.corrections import corrected_keys
 from pipeline.store.parquet import (
     FAILURE_SCHEMA,
     FAILURES,
@@ -35,7 +36,6 @@ from pipeline.store.parquet import (
     source_file_name,
     write_part,
 )
-from pipeline.review.corrections import corrected_keys
 
 RESOLUTIONS = "resolutions"
 RESOLUTION_SCHEMA = pa.schema([

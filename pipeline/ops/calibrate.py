@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.extract.model.openai_compat import prompt_key
-from pipeline.extract.registry import backend_spec
-from pipeline.trust.table import Calibration, TableKey, Tables, ocr_key
-from pipeline.trust.fit import fit
-from pipeline.settings import Settings
+from pipeline.extract.registry import backend_spec, model_name
 from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult, evaluate
+from pipeline.settings import Settings
+from pipeline.trust.fit import fit
+from pipeline.trust.table import Calibration, TableKey, Tables, ocr_key
 
 MIN_DOCUMENTS = 40
 
@@ -63,7 +63,7 @@ def table_key(settings: Settings) -> TableKey:
                          f"{settings.hybrid_vlm}) instead")
     if not spec.is_vlm:
         return ocr_key()
-    return TableKey(spec.name, settings.model_name, prompt_key(settings.openai.prompt_lang))
+    return TableKey(spec.name, model_name(settings), prompt_key(settings.openai.prompt_lang))
 
 
 def wilson(right: int, seen: int, z: float = 1.96) -> tuple[float, float]:
