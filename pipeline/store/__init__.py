@@ -1,1 +1,2 @@
-"""What a run writes under OUT: Parquet parts, the failure queue, atomic files, the output lock, the crash journal."""
+"""What a run writes under OUT, and how: Parquet parts (results, failures, summaries), atomic state files, the
+output lock, files held for a process's lifetime, the crash journal."""
