@@ -316,6 +316,7 @@ def eval_(
                       f"{row['precision']:.1%}" if row["accepted"] else "—")  # nothing accepted: no precision
     console.print(table)
     print_trust(data, settings.backend)
+    print_held_back(data, settings)
     masks = {"id_number": mask_id, "name": mask_name}
     for miss in data["misses"][:30]:  # the console is a log: names and numbers masked, full values in report.json
         fields = "; ".join(f"{k} truth {masks.get(k, str)(v['truth'])}, got {masks.get(k, str)(v['got'])}"
@@ -347,6 +348,45 @@ def print_trust(data: dict, backend: str) -> None:
     for kind, row in data["per_doc_type"].items():
         console.print(f"  {kind}: {row['share']:.1%} of {row['documents']} auto-accepted, precision "
                       f"{row['precision']:.2%}")
+
+
+def print_held_back(data: dict, settings: Settings) -> None:
+    """What holds documents back from being auto-accepted: per capture condition, and per evidence class with the
+    observations the scoring table has of it (a class with too few cannot pass the threshold, whatever it reads)."""
+    from pipeline.ops.calibrate import table_key
+    from pipeline.trust.table import Tables
+
+    at = data["at_threshold"]["threshold"]
+    table = Table(title=f"auto-accepted at {at:.2f}, per capture condition")
+    for col in ("condition", "documents", "accepted", "precision"):
+        table.add_column(col, justify="right" if col != "condition" else "left")
+    for condition, row in data["per_condition_at_threshold"].items():
+        table.add_row(condition, str(row["documents"]), f"{row['accepted']} ({row['share']:.0%})",
+                      f"{row['precision']:.1%}" if row["accepted"] else "—")
+    console.print(table)
+    try:
+        scoring = Tables(settings.calibration.dir).find(table_key(settings))
+    except ValueError:  # the hybrid scores with its parts' tables
+        scoring = None
+    table = Table(title=f"per evidence class, at {at:.2f} (table observations: the scoring table's)")
+    for col in ("class", "fields", "right", "reach threshold", "precision", "alone holds back", "table observations",
+                "table's best"):
+        table.add_column(col, justify="right" if col != "class" else "left")
+    short: list[str] = []
+    for cls, row in data["per_evidence_class"].items():
+        curve = scoring.curves.get(cls) if scoring is not None else None
+        seen = sum(curve.counts) if curve else 0
+        best = max(curve.values) if curve else None
+        if scoring is not None and (best is None or best < at):
+            short.append(cls)
+        table.add_row(cls, str(row["fields"]), f"{row['right']}", str(row["passing"]),
+                      f"{row['precision']:.1%}" if row["precision"] is not None else "—", str(row["holds_back"]),
+                      str(seen) if scoring is not None else "—",
+                      f"{best:.3f}" if best is not None else ("unseen: capped" if scoring is not None else "—"))
+    console.print(table)
+    if short:
+        console.print(f"classes whose table never reaches {at:.2f} (too few observations, or wrong too often): "
+                      + ", ".join(short))
 
 
 @app.command()

@@ -190,6 +190,40 @@ class EvalReport:
                          "precision": round(precision, 4)}
         return out
 
+    def per_condition_at(self, threshold: float) -> dict[str, dict[str, Any]]:
+        """Per capture condition (the manifest's): documents, share auto-accepted at `threshold`, precision."""
+        groups: dict[str, list[ItemResult]] = defaultdict(list)
+        for r in self.results:
+            groups[r.item.condition].append(r)
+        out = {}
+        for condition, rs in sorted(groups.items()):
+            share, precision, n = EvalReport(rs).accepted_at(threshold)
+            out[condition] = {"documents": len(rs), "accepted": n, "share": round(share, 4),
+                              "precision": round(precision, 4)}
+        return out
+
+    def per_evidence_class(self, threshold: float) -> dict[str, dict[str, Any]]:
+        """Per evidence class of a present field: how many fields, how many right, how many reach `threshold`
+        (and how many of those are right), and how many documents it alone holds back from being auto-accepted
+        (every other field of the document reaches the threshold)."""
+        rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"fields": 0, "right": 0, "passing": 0,
+                                                               "passing_right": 0, "holds_back": 0})
+        for r in self.results:
+            if r.failure is not None:
+                continue
+            below = [k for k, (_, conf) in r.evidence.items() if _known(conf) < threshold]
+            for k, (cls, conf) in r.evidence.items():
+                row = rows[cls]
+                row["fields"] += 1
+                row["right"] += r.correct[k]
+                if _known(conf) >= threshold:
+                    row["passing"] += 1
+                    row["passing_right"] += r.correct[k]
+                elif below == [k] and r.confidence >= _known(conf):  # no field that is not present is lower
+                    row["holds_back"] += 1
+        return {cls: {**row, "precision": round(row["passing_right"] / row["passing"], 4) if row["passing"] else None}
+                for cls, row in sorted(rows.items())}
+
     def misses(self) -> list[dict[str, Any]]:
         return [
             {"path": r.item.rel_path, "condition": r.item.condition, "failure": r.failure,
@@ -225,6 +259,8 @@ class EvalReport:
             "at_threshold": {"threshold": threshold, "accepted": accepted, "share": round(share, 4),
                              "precision": round(precision, 4)},
             "per_doc_type": self.per_doc_type(threshold),
+            "per_condition_at_threshold": self.per_condition_at(threshold),
+            "per_evidence_class": self.per_evidence_class(threshold),
             "misses": self.misses(),
             # per document, for refitting/checking the calibration offline (tools/fit_calibration.py): no values
             "documents_scored": [{"path": r.item.rel_path, "condition": r.item.condition, "failure": r.failure,
