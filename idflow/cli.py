@@ -33,6 +33,7 @@ from idflow.common import (
     holding_output,
     load_settings,
     prefect_api,
+    refuse_unless_free,
     settings_problems,
 )
 from idflow.ops import register as register_ops
@@ -118,11 +119,8 @@ def run(
         raise typer.Exit(0)
     if dask and not all(map(importlib.util.find_spec, ("prefect_dask", "distributed"))):
         raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
-    from pipeline.store.output_lock import refusal_now
-
     check_parts(out)  # a damaged OUT: one line here, not a failed flow's traceback
-    if not wait and (busy := refusal_now(out)):  # the same line as below, without starting Prefect
-        raise config_error(busy)
+    refuse_unless_free(out, wait=wait, debug=debug)  # the line OUT's lock would give, without starting Prefect
     with prefect_api() as ready:
         from flows.extract import extract_folder
 

@@ -137,6 +137,20 @@ def holding_output(out: Path, start: Callable[[], Awaitable[T]], *, wait: bool, 
                                 f"{what_to_do(problem)}", exc, debug=debug) from None
 
 
+def refuse_unless_free(out: Path, *, wait: bool, debug: bool) -> None:
+    """Before a command starts Prefect: OUT busy (and not `--wait`) is one line, exit 2; OUT whose lock cannot be
+    opened for writing (read-only after a first run) is the line a run would end with, exit 2, without starting
+    Prefect for a run that could only fail."""
+    from pipeline.store.output_lock import OutputUnwritable, refusal_now
+
+    try:
+        busy = refusal_now(out)
+    except OutputUnwritable as exc:
+        raise environment_error(str(exc), exc, debug=debug) from None
+    if busy and not wait:
+        raise config_error(busy)
+
+
 def settings_problems(exc: ValidationError) -> str:
     """Which settings are wrong and why, without echoing the values (one of them may be a key); a number out of
     bounds is told its whole range."""

@@ -7,7 +7,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from idflow.common import config_error, console, engine_errors_to_log, holding_output, load_settings, prefect_api
+from idflow.common import (
+    config_error,
+    console,
+    engine_errors_to_log,
+    holding_output,
+    load_settings,
+    prefect_api,
+    refuse_unless_free,
+)
 from pipeline.extract.registry import BACKEND_NAMES, choices
 
 
@@ -25,14 +33,12 @@ def retry(
     internal errors once). Exit 0 when the retry ran, 2 when OUT is busy or the configuration is wrong."""
     from rich.table import Table
 
-    from pipeline.store.output_lock import refusal_now
     from pipeline.store.parquet import check_parts
 
     if not (out / "failures").is_dir():
         raise config_error(f"no failure queue in {out}")
     check_parts(out)  # a damaged OUT: one line here (main prints it), not a failed flow's traceback
-    if not wait and (busy := refusal_now(out)):  # the same line as OUT's lock gives, without starting Prefect
-        raise config_error(busy)
+    refuse_unless_free(out, wait=wait, debug=debug)  # the line OUT's lock gives, without starting Prefect
     settings = load_settings(backend=backend)
     with prefect_api() as ready:
         from flows.retry import retry_failures

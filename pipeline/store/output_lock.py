@@ -139,7 +139,9 @@ def _refusal(busy: str) -> str:
 def refusal_now(out_dir: Path) -> str | None:
     """What a run that does not wait would be told now, or None when OUT is free. Only a look (the run still takes
     the lock for real, and may still be refused): a command asks before it starts a flow, so a busy OUT is one line
-    rather than a flow failing on it, whose traceback Prefect's engine logs."""
+    rather than a flow failing on it, whose traceback Prefect's engine logs. A lock file that cannot be opened for
+    writing (OUT read-only after a first run; any `OSError`, which is what every `filelock` release raises for it,
+    from whichever of its functions) raises `OutputUnwritable`, the line `hold_output` gives."""
     if not (out_dir / LOCK_NAME).is_file():
         return None
     lock = FileLock(out_dir / LOCK_NAME, fallback_to_soft=False)
@@ -147,5 +149,7 @@ def refusal_now(out_dir: Path) -> str | None:
         lock.acquire(timeout=0)
     except Timeout:
         return _refusal(_busy(out_dir))
+    except OSError as exc:
+        raise OutputUnwritable(unwritable(out_dir, exc)) from exc
     lock.release()
     return None

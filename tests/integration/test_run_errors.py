@@ -178,6 +178,44 @@ def test_a_read_only_output_is_one_line(tmp_path: Path, prefect_api: str) -> Non
     assert requests == 0 and not list(source.iterdir())
 
 
+def _parts(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
+
+
+@pytest.mark.parametrize("how", ["read-only", "full"])
+def test_an_output_made_read_only_or_full_after_a_first_run_is_one_line_and_keeps_its_parts(
+        tmp_path: Path, prefect_api: str, how: str) -> None:
+    """The lock file exists then (the first run made it): opening it for writing is what fails, at the command's
+    look before Prefect starts (read-only) or at the owner note (full), whichever `filelock` is installed."""
+    scans = unique_scans(tmp_path / "in", 2)
+    disk, env = tmp_path / "disk", _api_env(tmp_path, prefect_api, IDFLOW_BACKEND="ocr")
+    out = disk / "out"
+    with _mounted(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], target=disk):
+        first = idflow("run", str(scans), "--out", str(out), env=env, cwd=tmp_path, log=tmp_path / "first.log")
+        assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text(errors="replace")
+        assert (out / ".idflow.lock").is_file()
+        before = _parts(out)
+        assert before
+        unique_scans(tmp_path / "in", 4)  # two new documents for the second run
+        if how == "read-only":
+            stack = _mounted(["mount", "--bind", str(out), str(out)], ["mount", "-o", "remount,bind,ro", str(out)],
+                             target=out)
+            expected = "Read-only file system"
+        else:
+            _fill(disk, 0)
+            stack = contextlib.nullcontext()
+            expected = "No space left on device"
+        with stack:
+            again = idflow("run", str(scans), "--out", str(out), env=env, cwd=tmp_path, log=tmp_path / "again.log")
+            code = again.wait(timeout=600)
+            console = (tmp_path / "again.log").read_text(errors="replace")
+            assert code == 2, console
+            assert "Traceback" not in console and len(_lines(console)) == 1, console
+            assert expected in console and str(out) in console, console
+            assert _parts(out) == before  # the first run's parts intact, nothing half-written beside them
+            assert not list(out.rglob("*.tmp"))
+
+
 @pytest.mark.parametrize("url", ["not a url", "ftp//host/api", "http://"])
 def test_a_base_url_that_is_not_an_http_url_is_refused_before_any_document(tmp_path: Path, url: str) -> None:
     scans = unique_scans(tmp_path / "in", 2)

@@ -35,3 +35,30 @@ def test_the_orientation_model_is_in_the_package_with_the_hash_its_provenance_gi
     expected = re.search(r'^SHA256 = "([0-9a-f]{64})"', script, re.M)
     assert expected and hashlib.sha256(model.read_bytes()).hexdigest() == expected.group(1)
     assert expected.group(1) in (model.parent / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_install_command_goes_through_the_constraints_file_which_pins_every_direct_dependency() -> None:
+    """The README's two commands, `.ci/run` and `.ci/check_wheel` install through `constraints.txt`, and it pins
+    each dependency of the package and of the `test` extra exactly, inside the range `pyproject.toml` allows (a
+    pin outside it would make pip refuse the install)."""
+    import re
+
+    from packaging.requirements import Requirement
+
+    texts = [(REPO / name).read_text(encoding="utf-8") for name in ("README.md", ".ci/run", ".ci/check_wheel")]
+    # every install of the project (editable, or the built wheel), not of a tool such as pip-tools
+    installs = [m for text in texts for m in re.findall(r'pip"? install [^&\n]*', text)
+                if "-e ." in m or "-e '.[test]'" in m or "idflow-*.whl" in m]
+    assert len(installs) == 4, installs  # the README's two, .ci/run's, .ci/check_wheel's wheel
+    assert all(re.search(r'-c "?(\$repo/)?constraints\.txt', i) for i in installs), installs
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith((" ", "#")):
+            name, _, version = line.partition("==")
+            pins[re.sub(r"[-_.]+", "-", name.lower())] = version.split(";")[0].strip()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    for text in [*project["dependencies"], *project["optional-dependencies"]["test"]]:
+        requirement = Requirement(text)
+        name = re.sub(r"[-_.]+", "-", requirement.name.lower())
+        assert name in pins, f"{name} is not pinned in constraints.txt: run `pip-compile --upgrade pyproject.toml`"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (name, pins[name])
