@@ -32,7 +32,7 @@ from pipeline.config import CalibrationSettings, OpenAISettings, PrepareSettings
 from pipeline.datamodel import REASON_STAGES, RETRYABLE_REASONS, Reason, SkipReason  # noqa: E402
 from pipeline.review.corrections import CORRECTION_SCHEMA  # noqa: E402
 from pipeline.review.queue import REASON_TEXT, RECORD_REASONS, ReviewSettings  # noqa: E402
-from pipeline.store import FAILURE_SCHEMA, RESULT_SCHEMA  # noqa: E402
+from pipeline.store import COLUMN_NOTES, FAILURE_SCHEMA, RESULT_SCHEMA  # noqa: E402
 from pipeline.vllm.settings import VllmSettings  # noqa: E402
 
 REFERENCE = ROOT / "docs" / "reference.md"
@@ -151,8 +151,10 @@ def columns_section() -> list[str]:
              "below (`pipeline/store.py`, `pipeline/review/corrections.py`); read it with "
              "`pandas.read_parquet(\"OUT/results\")`.", ""]
     for title, layout, schema in PARQUET_TABLES:
-        lines += [f"### {title}", "", f"`{layout}`", "", "| column | type | nullable |", "|---|---|---|"]
-        lines += [f"| `{f.name}` | {_type(f)} | {'yes' if f.nullable else 'no'} |" for f in schema]
+        notes = COLUMN_NOTES if schema is RESULT_SCHEMA else {}
+        lines += [f"### {title}", "", f"`{layout}`", "", "| column | type | nullable | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{f.name}` | {_type(f)} | {'yes' if f.nullable else 'no'} | {_cell(notes.get(f.name, ''))} |"
+                  for f in schema]
         lines.append("")
     return lines
 

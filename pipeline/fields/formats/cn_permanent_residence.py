@@ -20,6 +20,7 @@ CHECK = NumberCheck("cn_pr.checksum", cn_permanent_residence.is_valid_number,
 class PermanentResidenceFormat(FormatDefaults):
     name = "cn_permanent_residence"
     doc_types = ("cn_permanent_residence",)
+    issuer = "CHN"  # 外国人永久居留身份证: issued by the PRC (the holder's nationality is another field)
     number_shape = re.compile(r"[A-Z]{3}\d{12}|9\d{16}[\dX]")  # the 2017 and the 2023 model
     number_checks = {"cn_permanent_residence": CHECK}
     disagreements = {"cn_pr.birth_matches_printed": "id_number"}  # the printed birth date and the number's

@@ -28,7 +28,7 @@ class DrivingLicenceFormat(ZoneFormat):
             return None
         return ZoneFields(doc_type=zone.doc_type, name=zone.name, number=zone.number, expiry_date=zone.expiry_date,
                           birth_date=None, checks_passed=zone.checks_passed, checks_failed=zone.checks_failed,
-                          surname_prefix=zone.surname, name_closed=zone.surname_closed)
+                          surname_prefix=zone.surname, name_closed=zone.surname_closed, issuer=zone.country)
 
     def add_printed(self, page: Page) -> None:
         """A licence's printed fields are numbered (1. surname, 2. given names, 4b. expiry, 5. number), not

@@ -25,7 +25,7 @@ class FrenchIdFormat(ZoneFormat):
             return None
         return ZoneFields(doc_type=zone.doc_type, name=zone.name, number=zone.number, expiry_date=zone.expiry_date,
                           birth_date=zone.birth_date, checks_passed=zone.checks_passed,
-                          checks_failed=zone.checks_failed)
+                          checks_failed=zone.checks_failed, issuer="FRA")
 
     def expiry_elsewhere(self, zone: ZoneFields, page: Page, b: Builder) -> None:
         found = french_id.printed_expiry(page.texts, page.today)
