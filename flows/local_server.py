@@ -14,6 +14,10 @@ made the fixed cost of `idflow run` 11-13 s. This one
 - is one per Prefect home, server settings (the `PREFECT_*` environment) and Python environment, so runs with
   another database never share it, and two runs started together start one server, not two (a file lock); a run
   that joined a server which then went away before answering starts a new one;
+- serves Prefect's UI beside its API (`IDFLOW_PREFECT_UI`, on by default; off: API only, a separate server), so
+  the `View at` link a run prints opens the flow run: Prefect's own UI app, mounted in place of the disabled one
+  of its ephemeral app (`create_app`), its files copied once per Prefect version into
+  `PREFECT_HOME/idflow-server/ui` (not into the installed package, which may be read-only);
 - listens on a socket the starting run bound and hands over (no port to race for), and gets no keys: its
   environment is an allow-list of the run's (system variables, `PYTHON*`, `LC_*`, and the `PREFECT_*` settings
   but for the API key and URL);
@@ -53,8 +57,9 @@ STARTUP_TIMEOUT_S = 300  # generous: a cold start on a saturated 2-core machine 
 TIMEOUT_VAR = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 IDLE_VAR = "IDFLOW_PREFECT_SERVER_IDLE_S"
 DEFAULT_IDLE_S = 600.0
+UI_VAR = "IDFLOW_PREFECT_UI"  # `pipeline.settings.Settings.prefect_ui`, read here without importing pydantic
 WATCH_EVERY_S = 0.5
-APP = "prefect.server.api.server:create_app"
+APP = "flows.local_server:create_app"
 # What the server's environment keeps of the run's (it outlives the run, so nothing else: no keys, DSNs, tokens)
 _SERVER_VARIABLES = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
                      "VIRTUAL_ENV", "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
@@ -91,22 +96,41 @@ def _read_toml(default: Path, variable: str) -> dict[str, Any]:
         return {}
 
 
-def server_dir() -> Path:
-    """Where the shared server of this Prefect home, the server's `PREFECT_*` settings and this Python
-    environment (`sys.prefix`: another venv may hold another Prefect) keeps its state, lease and log."""
-    settings = sorted((k, v) for k, v in server_env().items() if k.startswith("PREFECT_"))
+def server_dir(ui: bool | None = None) -> Path:
+    """Where the shared server of this Prefect home, the server's `PREFECT_*` settings (the UI on or off among
+    them) and this Python environment (`sys.prefix`: another venv may hold another Prefect) keeps its state,
+    lease and log."""
+    settings = sorted((k, v) for k, v in server_env(ui).items() if k.startswith("PREFECT_"))
     key = hashlib.sha256(json.dumps([sys.prefix, settings]).encode()).hexdigest()[:16]
     return _prefect_home() / "idflow-server" / key
 
 
-def server_env() -> dict[str, str]:
+def ui_wanted() -> bool:
+    """`IDFLOW_PREFECT_UI` (default on): whether the local server serves Prefect's UI; a value that is not a
+    yes or a no must not pass silently."""
+    raw = os.environ.get(UI_VAR, "").strip().lower()
+    if raw in ("", "1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ServerStartError(f"{UI_VAR}={raw!r} is neither true nor false")
+
+
+def server_env(ui: bool | None = None) -> dict[str, str]:
     """The server's environment: an allow-list of this one (the server outlives the run, so it gets no key,
     token or connection string it does not need; its own database URL is a `PREFECT_` setting it does need),
-    with the UI and analytics off."""
+    with the UI on or off (`ui`, default `ui_wanted()`) and analytics off."""
     env = {k: v for k, v in os.environ.items()
            if (k in _SERVER_VARIABLES or k.startswith(_SERVER_PREFIXES)) and not k.startswith(_NOT_FOR_THE_SERVER)}
-    return {**env, "PREFECT_UI_ENABLED": "false", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    ui = ui_wanted() if ui is None else ui
+    return {**env, "PREFECT_UI_ENABLED": str(ui).lower(), "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+
+
+def ui_static_dir() -> Path:
+    """Where the UI's files are copied (Prefect adapts them to the address they are served at): the Prefect home,
+    shared by its servers (Prefect locks the copy), unless `PREFECT_UI_STATIC_DIRECTORY` says otherwise."""
+    return _prefect_home() / "idflow-server" / "ui"
 
 
 def idle_seconds() -> float:
@@ -241,13 +265,17 @@ class BackgroundServer:
     `server.wait()` (after importing the flows) blocks until it is healthy and points this process and its
     children at it; leaving the block flushes Prefect's log and event queues and lets go of the server."""
 
-    def __init__(self) -> None:
+    def __init__(self, ui: bool | None = None) -> None:
         self.proc: subprocess.Popen[bytes] | None = None  # the server, when this run started it
         self.pid = 0
         self.port = 0
-        self._folder = server_dir()
-        self._lease: IO[str] | None = None
         self._error: ServerStartError | None = None  # found on the way in, told by `wait`
+        try:
+            self.ui = ui_wanted() if ui is None else ui  # the server serves Prefect's UI too
+        except ServerStartError as exc:
+            self.ui, self._error = False, exc
+        self._folder = server_dir(self.ui)
+        self._lease: IO[str] | None = None
         self._settings = ExitStack()
 
     @property
@@ -255,11 +283,21 @@ class BackgroundServer:
         return f"http://127.0.0.1:{self.port}/api"
 
     @property
+    def ui_url(self) -> str | None:
+        """The UI's address while this server lives (None: API only)."""
+        return f"http://127.0.0.1:{self.port}" if self.ui else None
+
+    @property
+    def idle_s(self) -> float:
+        """How long the server stays up after the last run lets go of it (the last joining run's wish)."""
+        return _idle_wish(self._folder, DEFAULT_IDLE_S)
+
+    @property
     def _log(self) -> Path:
         return self._folder / "server.log"
 
     def __enter__(self) -> BackgroundServer:
-        if configured_api_url() is None:
+        if self._error is None and configured_api_url() is None:
             try:
                 self._join()
             except ServerStartError as exc:
@@ -297,17 +335,22 @@ class BackgroundServer:
 
     def _spawn(self, idle: float) -> None:
         """`python -m flows.local_server` on a socket bound here: Prefect's app as its ephemeral server runs it
-        (services that need a long-lived server, like the scheduler, stay off), UI off, in a session of its own
-        so a Ctrl-C in the terminal reaches only the run."""
+        (services that need a long-lived server, like the scheduler, stay off), with the UI unless API only, in a
+        session of its own so a Ctrl-C in the terminal reaches only the run. The UI is told the API's address
+        (its port is only known here)."""
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", 0))
             listener.listen(128)
             self.port = listener.getsockname()[1]
+            env = server_env(self.ui)
+            if self.ui:
+                env["PREFECT_UI_API_URL"] = self.api_url
+                env.setdefault("PREFECT_UI_STATIC_DIRECTORY", str(ui_static_dir()))
             with self._log.open("wb") as log:
                 self.proc = subprocess.Popen(
                     [sys.executable, "-P", "-m", "flows.local_server", "--fd", str(listener.fileno()),
                      "--idle", str(idle), "--folder", str(self._folder)],
-                    env=server_env(), stdin=subprocess.DEVNULL,
+                    env=env, stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(listener.fileno(),))
         self.pid = self.proc.pid
 
@@ -398,8 +441,12 @@ class ServerInUse(RuntimeError):
 def stop_shared_server(force: bool = False) -> int | None:
     """Stop the shared server of this environment now (its state goes first, so no run joins it on its way
     out; then SIGTERM: it finishes the requests it has). Its pid, or None when none runs; `ServerInUse` when runs
-    hold it, unless `force`."""
-    folder = server_dir()
+    hold it, unless `force`. The server with the UI and the API-only one are both stopped."""
+    stopped = [pid for ui in (True, False) if (pid := _stop_in(server_dir(ui), force)) is not None]
+    return stopped[0] if stopped else None
+
+
+def _stop_in(folder: Path, force: bool) -> int | None:
     if not folder.is_dir():
         return None
     with _file_lock(folder / "start.lock"), _open_lease(folder) as lease:
@@ -453,6 +500,23 @@ def _watch_idle(server: Any, folder: Path, idle_s: float) -> None:
             server.should_exit = True
             return
         time.sleep(WATCH_EVERY_S)
+
+
+def create_app() -> Any:
+    """Prefect's app as its ephemeral server builds it (the services of a long-lived server stay off), with
+    Prefect's UI app mounted at `/` in place of the one the ephemeral mode leaves empty, unless the UI is off
+    (`PREFECT_UI_ENABLED`, which the starting run sets from `IDFLOW_PREFECT_UI`)."""
+    from prefect.server.api.server import create_app as prefect_app
+    from prefect.server.api.server import create_ui_app
+    from prefect.settings import get_current_settings
+    from starlette.routing import Mount
+
+    app = prefect_app()
+    if get_current_settings().server.ui.enabled:
+        routes = app.router.routes
+        (index,) = [i for i, route in enumerate(routes) if isinstance(route, Mount) and route.name == "ui"]
+        routes[index] = Mount("/", app=create_ui_app(ephemeral=False), name="ui")
+    return app
 
 
 def serve(argv: list[str] | None = None) -> None:

@@ -139,6 +139,8 @@ def merge_summaries(own: dict[str, Any], outcomes: Sequence[ShardOutcome]) -> di
         skipped_by_reason.update(outcome.summary["skipped_by_reason"])
         failures_by_reason.update(outcome.summary["failures_by_reason"])
     merged["skipped_by_reason"], merged["failures_by_reason"] = dict(skipped_by_reason), dict(failures_by_reason)
+    merged["decisions"] = merge_decisions(own["decisions"], [o.summary.get("decisions") for o in outcomes
+                                                             if o.summary is not None])
     merged["estimated_cost"] = round(merged["estimated_cost"], 6)
     merged["shards"] = len(outcomes)
     merged["shards_failed"] = sum(1 for o in outcomes if o.summary is None)
@@ -146,6 +148,18 @@ def merge_summaries(own: dict[str, Any], outcomes: Sequence[ShardOutcome]) -> di
                            and merged["seen"] == merged["results"] + merged["failures"] + merged["skipped"])
     if merged["elapsed_s"]:
         merged["docs_per_s"] = round((merged["results"] + merged["failures"]) / merged["elapsed_s"], 3)
+    return merged
+
+
+def merge_decisions(own: dict[str, Any], shards: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """The parent's decision counts (its failures) plus every shard's (a shard's summary written by an older idflow
+    has none: its records are then in no count)."""
+    merged, issuers = dict(own), Counter(own["by_issuer"])
+    for counts in filter(None, shards):
+        for key in ("auto_accepted", "to_review", "failed", "expired", "expiry_unknown"):
+            merged[key] += counts.get(key, 0)
+        issuers.update(counts.get("by_issuer", {}))
+    merged["by_issuer"] = dict(issuers.most_common())
     return merged
 
 

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from idflow.batch import register as register_batch
 from idflow.common import (
+    PrefectApi,
     config_error,
     console,
     engine_errors_to_log,
@@ -45,7 +46,7 @@ from pipeline.extract.registry import BACKEND_NAMES, VLLM_KEY_MISSING, VLM_NAMES
 from pipeline.ingest.inbox import is_text
 from pipeline.masking import mask_id, mask_name, redact
 from pipeline.run import progress
-from pipeline.run.report import CONSOLE_COLUMNS, conflicts_line, masked_rows
+from pipeline.run.report import CONSOLE_COLUMNS, conflicts_line, decisions_line, documents_line, masked_rows
 from pipeline.settings import Settings
 from pipeline.store.parquet import OutputUnreadable, check_parts, readable_path
 
@@ -125,7 +126,7 @@ def run(
         from flows.extract import extract_folder
 
         gc.freeze()  # the imports' objects live as long as the process: keep the run's collections off them
-        ready()
+        api = ready()
 
         async def extract() -> dict:
             from pipeline.ingest import sources
@@ -147,7 +148,28 @@ def run(
     print_summary(summary)
     if summary["results"] or summary["failures"]:  # reading OUT's tables costs ~1 s of imports
         show_rows(out, run_id=summary["run_id"])
+    print_where_to_look(summary, out, api)
     raise typer.Exit(0 if summary["accounted"] else 1)
+
+
+def print_where_to_look(summary: dict, out: Path, api: PrefectApi) -> None:
+    """The run's last lines: the flow run in the Prefect UI (while the local server lives, and how long that is),
+    the review page, and what needs a person."""
+    if api.ui:
+        link = f"{api.ui.rstrip('/')}/runs/flow-run/{summary['run_id']}"
+        if api.local:
+            stays = f"{api.idle_s / 60:g} min" if api.idle_s >= 60 else f"{api.idle_s:g} s"
+            link += (f" (the local Prefect server stays up {stays} after the last run ends; `idflow ui` keeps it "
+                     "up to browse earlier runs)")
+        console.print(f"Prefect UI: {link}", markup=False, soft_wrap=True)
+    elif api.local:
+        console.print("Prefect UI: off (IDFLOW_PREFECT_UI=false); `idflow ui` starts a local server with it",
+                      markup=False, soft_wrap=True)
+    page = summary.get("review_page")
+    if page:
+        console.print(f"review page: {out / page}", markup=False, soft_wrap=True)
+    if line := decisions_line(summary):
+        console.print(line, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -199,6 +221,8 @@ def print_summary(summary: dict) -> None:
         console.print(line, markup=False)
     if escalates(summary["backend"]):
         console.print(f"VLM calls saved by the OCR pass: {summary['vlm_calls_saved']} of {summary['results']} results")
+    if line := documents_line(summary):
+        console.print(line, markup=False, soft_wrap=True)
     console.print(f"{summary['docs_per_s']} documents/s over {summary['elapsed_s']} s; "
                   f"visual tokens {summary['visual_tokens']}, prompt/completion tokens "
                   f"{summary['prompt_tokens']}/{summary['completion_tokens']}")
@@ -256,6 +280,8 @@ def show(out: Annotated[Path, typer.Argument(help="output folder of a previous r
         raise config_error(f"no idflow run found in {out}")
     if all(key in summary for key in _SUMMARY_KEYS):
         print_summary(summary)
+        if line := decisions_line(summary):
+            console.print(line, markup=False)
     else:
         _print_partial_summary(summary)
     show_rows(out)

@@ -13,6 +13,7 @@ import signal
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -203,17 +204,29 @@ def load_settings_pair() -> tuple[Settings, VllmSettings]:
         raise config_error(settings_problems(exc)) from None
 
 
+@dataclass(frozen=True)
+class PrefectApi:
+    """The Prefect API a command used: `ui` is the address of its UI (None: nobody serves one), `local` whether it
+    is idflow's local server (which stays up `idle_s` after the last run)."""
+
+    url: str | None
+    ui: str | None
+    local: bool
+    idle_s: float = 0.0
+
+
 @contextmanager
-def prefect_api() -> Iterator[Callable[[], None]]:
+def prefect_api(ui: bool | None = None) -> Iterator[Callable[[], PrefectApi]]:
     """A Prefect API for a command that runs a flow: the configured one, or the local server runs share
-    (`flows/local_server.py`, started when none runs). Yields `ready()`: import the flows first, then call it, so
-    a server's start-up overlaps the imports; a server that does not start, or that stops answering during the
-    command (once Prefect's client has given up), is one line and exit 3."""
+    (`flows/local_server.py`, started when none runs; `ui`: with Prefect's UI or not, default the setting).
+    Yields `ready()`: import the flows first, then call it, so a server's start-up overlaps the imports; it
+    returns the API in use. A server that does not start, or that stops answering during the command (once
+    Prefect's client has given up), is one line and exit 3."""
     from flows.local_server import BackgroundServer, ServerStartError, without_userinfo
 
     api_url: list[str] = []  # the API the command uses, once `ready()` has found it
-    with BackgroundServer() as server:
-        def ready() -> None:
+    with BackgroundServer(ui) as server:
+        def ready() -> PrefectApi:
             try:
                 url = server.wait()
             except ServerStartError as exc:
@@ -221,6 +234,9 @@ def prefect_api() -> Iterator[Callable[[], None]]:
                 raise typer.Exit(PREFECT_ERROR) from None
             if url:
                 api_url.append(url)
+            if url is not None and url == server.api_url:
+                return PrefectApi(url, server.ui_url, local=True, idle_s=server.idle_s)
+            return PrefectApi(url, _configured_ui(), local=False)
 
         try:
             yield ready
@@ -234,6 +250,13 @@ def prefect_api() -> Iterator[Callable[[], None]]:
                           f"answering ({type(lost).__name__}); what was finished is stored: run the same command "
                           "again", soft_wrap=True)
             raise typer.Exit(PREFECT_ERROR) from None
+
+
+def _configured_ui() -> str | None:
+    """The UI of a configured Prefect API (`PREFECT_UI_URL`, else what Prefect derives from the API's URL)."""
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().ui_url
 
 
 def _same_server(error: Any, api_url: str) -> bool:

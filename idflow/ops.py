@@ -2,8 +2,8 @@
 app.
 
 `serve` and `watch` need a real Prefect server (`PREFECT_API_URL`): the local server runs share when none is
-configured has no scheduler and no trigger evaluation, so nothing would ever run. `stop-server` stops that local
-server now instead of after its idle time.
+configured has no scheduler and no trigger evaluation, so nothing would ever run. `ui` keeps that local server up
+with Prefect's UI, to browse runs; `stop-server` stops it now instead of after its idle time.
 """
 
 from __future__ import annotations
@@ -116,8 +116,36 @@ def stop_server(force: Annotated[bool, typer.Option("--force", help="stop it eve
     console.print(f"asked the local Prefect server (pid {pid}) to stop" if pid else "no local Prefect server runs")
 
 
+def ui() -> None:
+    """Keep a local Prefect server with its UI up, to browse the runs of this Prefect home (earlier ones too),
+    until Ctrl-C; it then stops after its idle time like after a run. With PREFECT_API_URL set: where that
+    server's UI is."""
+    import signal
+    import threading
+
+    from idflow.common import prefect_api
+
+    with prefect_api(ui=True) as ready:
+        api = ready()
+        if not api.local:
+            console.print(f"the configured Prefect API's UI: {api.ui or 'unknown (set PREFECT_UI_URL)'}",
+                          markup=False)
+            return
+        console.print(f"Prefect UI: {api.ui} (the runs of this Prefect home; Ctrl-C to let the server go: it stops "
+                      f"{api.idle_s:g} s after the last run ends)", markup=False, soft_wrap=True)
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGTERM, lambda number, frame: stop.set())
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def register(app: typer.Typer) -> None:
-    """Add `serve`, `watch` and `stop-server` to the `idflow` app (called from idflow/cli.py)."""
+    """Add `serve`, `watch`, `ui` and `stop-server` to the `idflow` app (called from idflow/cli.py)."""
     app.command()(serve)
     app.command()(watch)
+    app.command()(ui)
     app.command("stop-server")(stop_server)

@@ -197,6 +197,9 @@ class Extraction:
     evidence: dict[str, str] = field(default_factory=dict)
     # The calibration table that scored the confidences (`pipeline.trust.table`: key and hash); None: unknown.
     calibration: str | None = None
+    # The issuing state or country where the document states it (its zone's issuer code, `CHN` for a PRC card,
+    # a national front's country); None where nothing on the page states it.
+    issuer: str | None = None
 
 
 @dataclass(slots=True)

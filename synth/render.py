@@ -78,7 +78,16 @@ class Rendered:
 
     def truth(self) -> dict:
         return {"doc_type": self.doc_type, "name": self.name, "id_number": self.id_number,
-                "expiry_date": self.expiry_date, "orientation": self.orientation}
+                "expiry_date": self.expiry_date, "orientation": self.orientation, "issuer": self.issuer}
+
+    @property
+    def issuer(self) -> str | None:
+        """The issuing state the page states: the zone's (ISO 3166-1 alpha-3; Germany's `D` as DEU), the PRC for
+        its cards, None for a page without either."""
+        if self.doc_type in ("cn_id", "cn_permanent_residence"):
+            return "CHN"
+        code = self.mrz[0][2:5].replace("<", "") if self.mrz else ""
+        return ("DEU" if code == "D" else code) or None
 
 
 class _Canvas:

@@ -41,7 +41,7 @@ from pipeline.settings import (  # noqa: E402
     Settings,
     VllmSettings,  # noqa: E402
 )
-from pipeline.store.parquet import FAILURE_SCHEMA, RESULT_SCHEMA  # noqa: E402
+from pipeline.store.parquet import COLUMN_NOTES, FAILURE_SCHEMA, RESULT_SCHEMA  # noqa: E402
 
 REFERENCE = ROOT / "docs" / "reference.md"
 CONFIGURATION = ROOT / "docs" / "configuration.md"
@@ -160,8 +160,10 @@ def columns_section() -> list[str]:
              "below (`pipeline/store/parquet.py`, `pipeline/review/corrections.py`); read it with "
              "`pandas.read_parquet(\"OUT/results\")`.", ""]
     for title, layout, schema in PARQUET_TABLES:
-        lines += [f"### {title}", "", f"`{layout}`", "", "| column | type | nullable |", "|---|---|---|"]
-        lines += [f"| `{f.name}` | {_type(f)} | {'yes' if f.nullable else 'no'} |" for f in schema]
+        notes = COLUMN_NOTES if schema is RESULT_SCHEMA else {}
+        lines += [f"### {title}", "", f"`{layout}`", "", "| column | type | nullable | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{f.name}` | {_type(f)} | {'yes' if f.nullable else 'no'} | {_cell(notes.get(f.name, ''))} |"
+                  for f in schema]
         lines.append("")
     return lines
 

@@ -272,6 +272,7 @@ class Sides:
 class ResidentIdFormat(FormatDefaults):
     name = "cn_id"
     doc_types = ("cn_id",)
+    issuer = "CHN"  # 居民身份证: the People's Republic of China issues every one
     may_carry_mrz = False
     number_shape = re.compile(r"\d{17}[\dX]")
     number_checks = {"cn_id": CHECK}

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal, Sequence
 
-from pipeline.formats import cn_id, mrz
 from pipeline.formats.dates import make_date, normalise_text, parse_printed_dates, parse_validity, yymmdd
 from pipeline.formats.document_format import FormatDefaults, NumberCheck
 from pipeline.formats.lines import line_score
 from pipeline.formats.reading import CROSS_DISAGREES, UNCHECKED_NAME, Builder, DocumentType, Page
+from pipeline.formats import cn_id, mrz
 
 _NUMBER_2017 = re.compile(r"[A-Z]{3}\d{12}")
 _NUMBER_2023 = re.compile(r"9\d{16}[0-9X]")
@@ -151,6 +151,7 @@ STRAY_CHECK = NumberCheck(
 class PermanentResidenceFormat(FormatDefaults):
     name = "cn_permanent_residence"
     doc_types = ("cn_permanent_residence",)
+    issuer = "CHN"  # 外国人永久居留身份证: issued by the PRC (the holder's nationality is another field)
     number_shape = re.compile(r"[A-Z]{3}\d{12}|9\d{16}[\dX]")  # the 2017 and the 2023 model
     number_checks = {"cn_permanent_residence": CHECK}
     stray_number_checks = (STRAY_CHECK,)

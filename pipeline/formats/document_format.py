@@ -45,7 +45,8 @@ class DocumentFormat(Protocol[T]):
     MRZ re-read can help a page this format read), `settled_by_zone` (a fully checked zone decides the reading: the
     printed zone only confirms it, so OCR may stop reading the page early) and `number_shape` (what a document
     number of this format looks like, upper case without spaces: a reading without that shape is unreadable, not
-    stored).
+    stored). `issuer`: the state that issues every document of this format (`CHN` for the PRC's cards), None when
+    the page says which (a zone's issuer code, a national front's title).
     """
 
     name: str
@@ -59,6 +60,7 @@ class DocumentFormat(Protocol[T]):
     long_term: Mapping[DocumentType, str]
     refuting_checks: Mapping[str, str]
     disagreements: Mapping[str, str]
+    issuer: str | None
 
     def find(self, page: Page) -> T | None: ...
     def read(self, found: T, page: Page, b: Builder) -> DocumentType: ...
@@ -79,6 +81,7 @@ class FormatDefaults:
     long_term: Mapping[DocumentType, str] = {}
     refuting_checks: Mapping[str, str] = {}
     disagreements: Mapping[str, str] = {}
+    issuer: str | None = None
 
     def zone_score(self, found: Any) -> float:
         raise TypeError(f"{type(self).__name__} has no machine-readable zone")
@@ -152,6 +155,12 @@ class Registry:
         """Doc types valid for life ("long-term" expiry) -> who holds such a document."""
         return {t: holder for fmt in self._formats for t, holder in fmt.long_term.items()}
 
+    def issuer_of(self, doc_type: object) -> str | None:
+        """The state that issues every document of this type (`CHN` for a PRC resident ID card), or None when
+        documents of the type come from many states (the page's zone or title says which)."""
+        issuers = {fmt.issuer for fmt in self._formats if isinstance(doc_type, str) and doc_type in fmt.doc_types}
+        return issuers.pop() if len(issuers) == 1 else None
+
     def valid_for_life(self, doc_type: object) -> bool:
         """Whether a document of this type may say "long-term" (长期) for its expiry."""
         return isinstance(doc_type, str) and doc_type in self.long_term()
@@ -181,6 +190,7 @@ class Registry:
 def _read_with(fmt: DocumentFormat[T], found: T, page: Page) -> DocumentReading:
     b = Builder(number_shape=fmt.number_shape)
     doc_type = fmt.read(found, page, b)
+    b.issuer = b.issuer or fmt.issuer
     if doc_type not in fmt.doc_types:  # the schema and the prompts offer only the declared types
         raise ValueError(f"format {fmt.name!r} read a {doc_type!r}, not one of its doc types {fmt.doc_types}")
     return b.finish(doc_type, fmt.name)

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal, Sequence
 
-from pipeline.formats import national_mrz
 from pipeline.formats.dates import parse_printed_dates, yymmdd
 from pipeline.formats.national_mrz import Check, Layout
 from pipeline.formats.reading import HEURISTIC, Builder, Page
+from pipeline.formats import national_mrz
 from pipeline.formats.values import clean_name, clean_number
 from pipeline.formats.zone import ZoneFields, ZoneFormat
 
@@ -165,7 +165,7 @@ class DrivingLicenceFormat(ZoneFormat):
             return None
         return ZoneFields(doc_type=zone.doc_type, name=zone.name, number=zone.number, expiry_date=zone.expiry_date,
                           birth_date=None, checks_passed=zone.checks_passed, checks_failed=zone.checks_failed,
-                          surname_prefix=zone.surname, name_closed=zone.surname_closed)
+                          surname_prefix=zone.surname, name_closed=zone.surname_closed, issuer=zone.country)
 
     def add_printed(self, page: Page) -> None:
         """A licence's printed fields are numbered (1. surname, 2. given names, 4b. expiry, 5. number), not

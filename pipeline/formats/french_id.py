@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal, Sequence
 
-from pipeline.formats import national_mrz
 from pipeline.formats.dates import parse_printed_dates, yymmdd
 from pipeline.formats.mrz import FRENCH_ID_PREFIX
 from pipeline.formats.national_mrz import Check, Layout
 from pipeline.formats.reading import Builder, Page
+from pipeline.formats import national_mrz
 from pipeline.formats.zone import ZoneFields, ZoneFormat
 
 LAYOUT = Layout(
@@ -130,7 +130,7 @@ class FrenchIdFormat(ZoneFormat):
             return None
         return ZoneFields(doc_type=zone.doc_type, name=zone.name, number=zone.number, expiry_date=zone.expiry_date,
                           birth_date=zone.birth_date, checks_passed=zone.checks_passed,
-                          checks_failed=zone.checks_failed)
+                          checks_failed=zone.checks_failed, issuer="FRA")
 
     def expiry_elsewhere(self, zone: ZoneFields, page: Page, b: Builder) -> None:
         found = printed_expiry(page.texts, page.today)

@@ -30,7 +30,7 @@ class IcaoFormat(ZoneFormat):
                           birth_date=zone.birth_date, checks_passed=zone.checks_passed,
                           checks_failed=zone.checks_failed, name_debris=zone.name_debris,
                           number_repaired=zone.number_repaired, prints_other_numbers=zone.format in _VISAS,
-                          name_closed=zone.name_closed)
+                          name_closed=zone.name_closed, issuer=zone.country)
 
 
 FORMAT = IcaoFormat()

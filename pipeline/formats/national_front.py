@@ -106,6 +106,7 @@ class NationalFrontFormat(FormatDefaults):
         return issuer_of(page.texts)
 
     def read(self, found: Issuer, page: Page, b: Builder) -> DocumentType:
+        b.issuer = found.code  # the country whose title words the front prints
         self._name(page, b)
         self._number(found, page, b)
         self._expiry(page, b)

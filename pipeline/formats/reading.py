@@ -46,6 +46,7 @@ class DocumentReading:
     checks: list[str] = field(default_factory=list)
     check_failures: list[str] = field(default_factory=list)
     score: float = 0.0
+    issuer: str | None = None  # the issuing state or country the page states (`Builder.issuer`)
 
     @property
     def present(self) -> int:
@@ -83,6 +84,9 @@ class Builder:
     states: dict[str, FieldReading] = field(default_factory=dict)
     checks: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    # the issuing state or country as the page states it: the zone's issuer code (ICAO 9303 / ISO 18013 letters,
+    # `D` for Germany), or the one state that issues every document of the format (`DocumentFormat.issuer`)
+    issuer: str | None = None
 
     def present(self, key: str, value: str, confidence: float) -> None:
         if key == "name" and not looks_like_name(value):
@@ -107,4 +111,4 @@ class Builder:
         present = [s.confidence for s in self.states.values() if s.state == "present"]
         score = len(self.checks) - 0.5 * len(self.failures) + (mean(present) if present else 0.0)
         return DocumentReading(doc_type, format_name, self.fields, self.states, self.checks, self.failures,
-                               round(score, 3))
+                               round(score, 3), self.issuer)

@@ -12,8 +12,16 @@ the models: the schema's enum and a new prompt version (prompts are versioned, n
 
 from __future__ import annotations
 
-from pipeline.formats import cn_id, cn_permanent_residence, driving_licence, french_id, icao, national_front, printed
 from pipeline.formats.document_format import DocumentFormat, FormatDefaults, NumberCheck, Registry
+from pipeline.formats import (
+    cn_id,
+    cn_permanent_residence,
+    driving_licence,
+    french_id,
+    icao,
+    national_front,
+    printed,
+)
 from pipeline.formats.zone import NAME_EXTENDED_CHECK, ZoneFields, ZoneFormat
 
 FORMATS = Registry([

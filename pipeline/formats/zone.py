@@ -52,6 +52,17 @@ NAME_RESPELLED_CHECK = "cross.name_respelled_as_printed"
 # N read as IK); the recogniser's letter probabilities say which side: unsure of a zone letter (below
 # `_UNSURE_LETTER`) and sure of every printed one (at least `_SURE_LETTER`).
 _RESPELL_RATIO = 0.75
+# An issuer code of a zone: one to three letters once its fillers are dropped (ICAO 9303 codes, `D` for Germany);
+# anything else is a misread, not an issuer.
+ISSUER_CODE = re.compile(r"[A-Z]{1,3}")
+
+
+def issuer_code(code: str | None) -> str | None:
+    """A zone's issuer code as stored: ISO 3166-1 alpha-3 for a country (Germany's zone code `D` is DEU, as its
+    card front says), ICAO's own codes for the others (UNO, XXA, ...); None for what is no code (a misread)."""
+    if code is None or not ISSUER_CODE.fullmatch(code):
+        return None
+    return "DEU" if code == "D" else code
 _UNSURE_LETTER = 0.8
 _SURE_LETTER = 0.9
 
@@ -80,6 +91,7 @@ class ZoneFields:
     surname_prefix: str | None = None
     prints_other_numbers: bool = False
     name_closed: bool = False
+    issuer: str | None = None  # the zone's issuing state or organisation (`D` for Germany), None if not letters
 
 
 class ZoneFormat(FormatDefaults):
@@ -109,6 +121,7 @@ class ZoneFormat(FormatDefaults):
     def read(self, found: ZoneFields, page: Page, b: Builder) -> DocumentType:
         self.add_printed(page)
         read_zone(self, found, page, b)
+        b.issuer = issuer_code(found.issuer)
         return found.doc_type
 
     def add_printed(self, page: Page) -> None:

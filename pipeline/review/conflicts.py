@@ -215,13 +215,19 @@ def find_conflicts(out_dir: Path) -> dict[str, Conflict]:
 def run_conflicts(out_dir: Path, run_ids: Iterable[str]) -> dict[str, Any]:
     """What the run summary records: how many of the runs' records are flagged, how many records of other runs
     are flagged because of them, and their numbers masked (the first `SUMMARY_NUMBERS`)."""
+    return own_conflicts(out_dir, run_ids)[0]
+
+
+def own_conflicts(out_dir: Path, run_ids: Iterable[str]) -> tuple[dict[str, Any], set[str]]:
+    """`run_conflicts`, and the keys (`sha256:page`) of the runs' flagged records."""
     runs = set(run_ids)
     conflicts = find_conflicts(out_dir)
     own = [c for c in conflicts.values() if c.reading.run_id in runs]
     earlier = {d.other.key for c in own for d in c.disagreements
                if d.other.key in conflicts and d.other.run_id not in runs}
     numbers = sorted({mask_id(c.reading.id_number) or "" for c in own})
-    return {"records": len(own), "other_records": len(earlier), "numbers": numbers[:SUMMARY_NUMBERS]}
+    return ({"records": len(own), "other_records": len(earlier), "numbers": numbers[:SUMMARY_NUMBERS]},
+            {c.reading.key for c in own})
 
 
 NO_CONFLICTS: dict[str, Any] = {"records": 0, "other_records": 0, "numbers": []}

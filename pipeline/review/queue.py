@@ -113,6 +113,8 @@ class ReviewItem:
     run_id: str | None = None  # the run that made the record or the (latest) failure
     turned: Orientation | None = None  # how the run turned a record's page (None: a failure, found again)
     conflict: Conflict | None = None  # the other documents with this record's number and other values
+    issuer: str | None = None  # a record's issuing state or country, where the page states it
+    expired: bool | None = None  # a record's expiry before its run's date (None: unknown, long-term, a failure)
 
     @property
     def key(self) -> str | None:
@@ -214,7 +216,8 @@ def _result_item(row: dict[str, Any], confidence: float) -> ReviewItem:
                       reason="low_confidence", stage=None, detail=None, retryable=False, confidence=confidence,
                       fields=fields, doc_type=row["doc_type"], orientation=row["orientation"],
                       checks=list(row["checks"] or []), check_failures=list(row["check_failures"] or []),
-                      file_name=source_file_name(row), run_id=row["run_id"], turned=_turned(row))
+                      file_name=source_file_name(row), run_id=row["run_id"], turned=_turned(row),
+                      issuer=row.get("issuer"), expired=row.get("expired"))
 
 
 def _record_item(row: dict[str, Any], limit: float, conflicts: dict[str, Conflict]) -> ReviewItem | None:

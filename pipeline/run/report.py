@@ -11,9 +11,10 @@ from typing import Any
 from pipeline.extract.registry import escalates
 from pipeline.masking import mask_id, mask_name, redact
 
-SAMPLE_COLUMNS = ("source_path", "page", "doc_type", "name", "id_number", "expiry_date", "orientation",
-                  "rotation_applied", "visual_tokens")
-CONSOLE_COLUMNS = ("source_path", "page", "doc_type", "name", "id_number", "expiry_date", "rotation_applied")
+SAMPLE_COLUMNS = ("source_path", "page", "doc_type", "issuer", "name", "id_number", "expiry_date", "expired",
+                  "orientation", "rotation_applied", "visual_tokens")
+CONSOLE_COLUMNS = ("source_path", "page", "doc_type", "issuer", "name", "id_number", "expiry_date", "expired",
+                   "rotation_applied")
 FAILURE_COLUMNS = ("source_path", "page", "stage", "reason", "retryable", "attempts", "detail")
 
 
@@ -50,6 +51,26 @@ def conflicts_line(summary: dict[str, Any]) -> str | None:
     return redact(line)  # the numbers are masked in the summary already; masked again, as every message
 
 
+def decisions_line(summary: dict[str, Any]) -> str | None:
+    """`N auto-accepted, M to review, F failed` with the threshold (None for a summary written before idflow
+    counted them)."""
+    d = summary.get("decisions")
+    if not d:
+        return None
+    return (f"{d['auto_accepted']} auto-accepted, {d['to_review']} to review, {d['failed']} failed "
+            f"(auto-accepted: every field's confidence at least {d['threshold']:g}, no number conflict)")
+
+
+def documents_line(summary: dict[str, Any]) -> str | None:
+    """The run's records by expiry on the run's date and by issuer (None for an older summary)."""
+    d = summary.get("decisions")
+    if not d:
+        return None
+    issuers = ", ".join(f"{issuer} {n}" for issuer, n in d["by_issuer"].items()) or "none"
+    return (f"expired on the run's date: {d['expired']} (expiry unknown or long-term: {d['expiry_unknown']}); "
+            f"issuer: {issuers}")
+
+
 def summary_markdown(summary: dict[str, Any], *, input_dir: str, out_dir: str) -> str:
     """The run summary as markdown: counts, the accounting check, failures by reason, tokens, speed."""
     lines = [
@@ -64,6 +85,10 @@ def summary_markdown(summary: dict[str, Any], *, input_dir: str, out_dir: str) -
         f"{'yes' if summary['accounted'] else '**NO**'} |",
         "",
     ]
+    if line := decisions_line(summary):
+        lines += [line, ""]
+    if line := documents_line(summary):
+        lines += [line, ""]
     if line := conflicts_line(summary):
         lines += [line, ""]
     if summary["failures_by_reason"]:

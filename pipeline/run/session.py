@@ -28,8 +28,9 @@ from typing import Any
 
 from pipeline.datamodel import Failure, Record, Skipped
 from pipeline.extract import registry
-from pipeline.review.conflicts import NO_CONFLICTS, run_conflicts
+from pipeline.review.conflicts import NO_CONFLICTS, own_conflicts
 from pipeline.review.corrections import not_to_read_again
+from pipeline.review.queue import ReviewSettings
 from pipeline.run.tally import RunTally
 from pipeline.settings import Settings
 from pipeline.store.crash_journal import CrashJournal
@@ -128,9 +129,9 @@ class RunSession:
                 if lock:
                     await stack.enter_async_context(hold_output(out_dir, run_id=run_id, wait=wait,
                                                                 on_wait=on_wait))
-                session = cls(out_dir, run_id, settings,
-                              RunWriter(out_dir, run_id, fingerprint, settings.flush_every), RunTally(),
-                              done=_done_set(out_dir, done, fingerprint))
+                writer = RunWriter(out_dir, run_id, fingerprint, settings.flush_every)
+                tally = RunTally(threshold=ReviewSettings().threshold, run_date=writer.run_date)
+                session = cls(out_dir, run_id, settings, writer, tally, done=_done_set(out_dir, done, fingerprint))
                 if journal:
                     session.journal = stack.enter_context(CrashJournal.open(out_dir, run_id))
                 try:
@@ -176,18 +177,20 @@ class RunSession:
 
     def _write_summary(self) -> dict[str, Any]:
         summary = self.tally.summary(run_id=self.run_id, settings=self.settings)
-        summary["number_conflicts"] = self._conflicts()
+        summary["number_conflicts"], conflicting = self._conflicts()
+        summary["decisions"] = self.tally.decision_counts(conflicting)
         summary.update(self.summary_extra)
         if self.summarize is not None:
             summary = self.summarize(summary)
         write_run_summary(self.out_dir, summary)
         return summary
 
-    def _conflicts(self) -> dict[str, Any]:
-        """The run's records in a number conflict (none to look for when it stored no result)."""
+    def _conflicts(self) -> tuple[dict[str, Any], set[str]]:
+        """The run's records in a number conflict, counted for the summary, and their keys (none to look for when
+        it stored no result)."""
         if self.conflict_runs is None and self.tally.results == 0:
-            return dict(NO_CONFLICTS)
-        return run_conflicts(self.out_dir, self.conflict_runs or {self.run_id})
+            return dict(NO_CONFLICTS), set()
+        return own_conflicts(self.out_dir, self.conflict_runs or {self.run_id})
 
 
 def _done_set(out_dir: Path, done: Done, fingerprint: str) -> frozenset[str]:

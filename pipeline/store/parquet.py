@@ -50,6 +50,11 @@ RESULT_SCHEMA = pa.schema([
     pa.field("id_number", pa.string()),
     pa.field("expiry_date", pa.date32()),
     pa.field("expiry_long_term", pa.bool_()),
+    # the expiry date is before the run's date (its run_date); null: no expiry date read, or valid for life
+    pa.field("expired", pa.bool_()),
+    # the issuing state or country where the document states it: its zone's issuer code (ISO 3166-1 alpha-3 for a
+    # country), CHN for the PRC's cards, a national front's country; null where the page states none
+    pa.field("issuer", pa.string()),
     pa.field("orientation", pa.string()),
     pa.field("rotation_applied", pa.int16()),
     pa.field("skew_corrected", pa.float32()),
@@ -94,6 +99,19 @@ FAILURE_SCHEMA = pa.schema([
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("failed_at", pa.timestamp("us", tz="UTC"), nullable=False),
 ])
+
+# What a column means where its name does not say it all (docs/reference.md shows these beside the columns).
+COLUMN_NOTES: dict[str, str] = {
+    "expiry_date": "null: none read, or valid for life (`expiry_long_term`)",
+    "expiry_long_term": "the document is valid for life (长期)",
+    "expired": "the expiry date is before the run's date (its `run_date`, UTC); null when no expiry date was read "
+               "or the document is valid for life",
+    "issuer": "the issuing state or country where the document states it: the machine-readable zone's issuer "
+              "(ISO 3166-1 alpha-3 for a country, Germany's `D` as DEU; ICAO codes such as UTO, XXA otherwise), "
+              "CHN for the PRC's cards (居民身份证, 外国人永久居留身份证), a national card front's country; null "
+              "when the page states none",
+    "calibration": "the confidence table that scored the confidences; null: none fitted, confidences unknown",
+}
 
 RAW_RESPONSE_LIMIT = 2000
 # What pyarrow raises for a value that does not fit its column (wrong type, out of range, unencodable text).
@@ -158,8 +176,18 @@ def _storable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: _text(v) for k, v in row.items()}
 
 
-def result_row(record: Record, *, fingerprint: str, run_id: str, worker: str = "local") -> dict[str, Any]:
-    """Flatten a Record into one results row (drops the pixels, keeps everything the table promises)."""
+def expired(record: Record, run_date: date) -> bool | None:
+    """Whether the document had expired on the run's date: its expiry date is before it. None (unknown, not "no")
+    when no expiry date was read or the document is valid for life (长期)."""
+    if record.expiry_long_term or not record.expiry_date:
+        return None
+    return date.fromisoformat(record.expiry_date) < run_date
+
+
+def result_row(record: Record, *, fingerprint: str, run_id: str, worker: str = "local",
+               run_date: date | None = None) -> dict[str, Any]:
+    """Flatten a Record into one results row (drops the pixels, keeps everything the table promises); `expired`
+    is judged on `run_date` (default: today, UTC, as the run's partition)."""
     ex, prep = record.extraction, record.prepared
     row: dict[str, Any] = {
         "source_path": readable_path(ex.ref.rel_path),
@@ -171,6 +199,8 @@ def result_row(record: Record, *, fingerprint: str, run_id: str, worker: str = "
         "id_number": ex.fields.get("id_number"),
         "expiry_date": date.fromisoformat(record.expiry_date) if record.expiry_date else None,
         "expiry_long_term": record.expiry_long_term,
+        "expired": expired(record, run_date or _now().date()),
+        "issuer": ex.issuer,
         "orientation": ex.fields.get("orientation") or prep.orientation,
         "rotation_applied": (prep.rotation_applied + ex.rotation_correction) % 360,
         "skew_corrected": prep.skew_corrected,
@@ -321,7 +351,7 @@ class RunWriter:
         if isinstance(outcome, Record):
             try:
                 self._results.append(result_row(outcome, fingerprint=self.fingerprint, run_id=self.run_id,
-                                                worker=worker))
+                                                worker=worker, run_date=self.run_date))
             except Exception as exc:  # noqa: BLE001 - a bad value costs this document only
                 ref = outcome.extraction.ref
                 self._demote({"source_path": ref.rel_path, "sha256": ref.sha256, "page": ref.page,

@@ -17,8 +17,8 @@ import pytest
 
 from pipeline.extract.ocr import cn_number_reread, page_read
 from pipeline.extract.ocr.backend import recognise_line
-from pipeline.formats import cn_id
 from pipeline.formats.document import OcrLine, read_document
+from pipeline.formats import cn_id
 from synth import conditions as C
 from synth import render as R
 from synth.identities import random_cn_person

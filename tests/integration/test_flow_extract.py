@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
 import pandas as pd
@@ -41,6 +42,8 @@ def test_extract_folder_on_samples_matches_ground_truth(prefect_api, sample_dir:
     skipped = [t for t in truth if t.get("expect_skip")]
 
     assert summary["accounted"] and summary["seen"] == len(truth)
+    assert {t["issuer"] for t in good} >= {"CHN", "UTO", "NLD", "FRA", "GBR"}  # the sample covers each source
+    assert any(t["expiry_date"] == "2024-09-30" for t in good)  # and an expired document
     assert (summary["results"], summary["failures"], summary["skipped"]) == (len(good), len(bad), len(skipped))
 
     results = pd.read_parquet(out / RESULTS)
@@ -50,6 +53,10 @@ def test_extract_folder_on_samples_matches_ground_truth(prefect_api, sample_dir:
         expiry = "long-term" if row.expiry_long_term else _normal(row.expiry_date)
         assert (row.doc_type, _normal(row.name), _normal(row.id_number), expiry) == (
             t["doc_type"], t["name"], t["id_number"], t["expiry_date"]), t["path"]
+        # the decisions: issuer as the page states it; expired on the run's date, unknown without an end date
+        run_date = date.fromisoformat(row.run_date)
+        was_expired = None if t["expiry_date"] in (None, "long-term") else date.fromisoformat(t["expiry_date"]) < run_date
+        assert (row.issuer, None if pd.isna(row.expired) else bool(row.expired)) == (t["issuer"], was_expired), t["path"]
         assert row.sent_width % 32 == 0 and row.sent_height % 32 == 0
         assert row.sent_width * row.sent_height <= 1_048_576 and max(row.sent_width, row.sent_height) <= 1600
         assert row.visual_tokens == (row.sent_width // 32) * (row.sent_height // 32)

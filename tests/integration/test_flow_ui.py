@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 
 from pipeline.store.parquet import RESULTS, RUNS
 from tests.support.browser import Browser, BrowserBinaries
+from tests.support.idflow_process import idflow, run_env
 from tests.support.paths import REPO
 from tests.support.prefect_server import Stack, prefect_server, wait_for
 
@@ -93,3 +96,76 @@ def test_the_ui_shows_the_batches_and_their_counts(browser_binaries: BrowserBina
         text = wait_for(lambda: (t := browser.text()) and "batch 1: " in t and t, 60, "the batch counts in the logs")
         browser.screenshot(tmp_path / "flow-run-logs.png")
     assert f"batch 1: {BATCH} documents" in text
+
+
+# --------------------------------------------------------------------------- the local server idflow starts itself
+
+LINK = re.compile(r"View at (http://127\.0\.0\.1:\d+/runs/flow-run/([0-9a-f-]{36}))")
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str, Path]]:
+    """The quick start as a new user runs it: no Prefect API configured, so idflow starts its local server, which
+    stays up after the run (its idle time) for the link the run printed. Yields (console, link, flow run id,
+    Prefect home)."""
+    tmp = tmp_path_factory.mktemp("local-ui")
+    env = run_env(tmp, IDFLOW_PREFECT_SERVER_IDLE_S="900", IDFLOW_BATCH_SIZE=str(BATCH))
+    try:
+        done = subprocess.run([sys.executable, "-m", "idflow", "run", str(REPO / "data" / "sample"), "--out",
+                               str(tmp / "out")], env=env, cwd=tmp, capture_output=True, text=True, timeout=1200)
+        console = done.stdout + done.stderr
+        assert done.returncode == 0, console[-4000:]
+        found = LINK.search(console)
+        assert found, console[-4000:]
+        yield console, found.group(1), found.group(2), tmp / "prefect-home"
+    finally:
+        subprocess.run([sys.executable, "-m", "idflow", "stop-server", "--force"], env=env, cwd=tmp,
+                       capture_output=True, timeout=120)
+
+
+def test_the_run_ends_saying_where_to_look_and_what_needs_a_person(local_run: tuple[str, str, str, Path]) -> None:
+    console, link, flow_run_id, _ = local_run
+    last = [line for line in console.splitlines() if line.strip()][-3:]
+    assert last[0].startswith(f"Prefect UI: {link} (the local Prefect server stays up 15 min after the last run "
+                              "ends; `idflow ui` keeps it up"), last
+    assert last[1] == f"review page: {Path(local_run[3].parent / 'out' / 'review' / f'{flow_run_id}.html')}", last
+    summary = json.loads((local_run[3].parent / "out" / RUNS / f"{flow_run_id}.json").read_text())
+    d = summary["decisions"]
+    assert last[2].startswith(f"{d['auto_accepted']} auto-accepted, {d['to_review']} to review, "
+                              f"{d['failed']} failed (auto-accepted: every field's confidence at least 0.95"), last
+    assert d["auto_accepted"] + d["to_review"] == summary["results"] and d["failed"] == summary["failures"] == 2
+    assert d["expired"] == 1 and d["by_issuer"]["CHN"] == 8  # the sample's expired passport; its PRC documents
+
+
+def test_the_link_a_run_printed_opens_the_flow_run_with_its_batches(browser_binaries: BrowserBinaries,
+                                                                    local_run: tuple[str, str, str, Path],
+                                                                    tmp_path: Path) -> None:
+    _, link, flow_run_id, home = local_run
+    with Browser(tmp_path, browser_binaries) as browser:
+        browser.open(link)
+        browser.click(browser.wait_for_element("css selector", "li#task-runs"))
+        wait_for(lambda: "batch-00001" in browser.text(), 120, "the batch task runs on the Task Runs tab")
+        text = browser.text()
+        browser.screenshot(tmp_path / "local-flow-run.png")
+    name = json.loads(urllib.request.urlopen(f"{link.split('/runs/')[0]}/api/flow_runs/{flow_run_id}").read())["name"]
+    assert name in text  # the run's own page, not the UI's landing page
+
+
+def test_idflow_ui_keeps_a_server_with_the_ui_up_until_stopped(local_run: tuple[str, str, str, Path],
+                                                               tmp_path: Path) -> None:
+    """`idflow ui` joins the server the run left (same Prefect home): its UI serves that earlier run's page; a
+    SIGTERM ends the command at once (exit 0) and the server keeps its idle time."""
+    _, link, flow_run_id, home = local_run
+    env = {**run_env(tmp_path), "PREFECT_HOME": str(home), "IDFLOW_PREFECT_SERVER_IDLE_S": "900"}
+    log = tmp_path / "ui.log"
+    proc = idflow("ui", env=env, cwd=tmp_path, log=log)
+    try:
+        shown = wait_for(lambda: (m := re.search(r"Prefect UI: (http://127\.0\.0\.1:\d+)", log.read_text()))
+                         and m.group(1), 300, "`idflow ui` to print its address")
+        assert link.startswith(shown + "/runs/")  # the server the run used: still up, joined, not a new one
+        page = urllib.request.urlopen(urllib.request.Request(link, headers={"Accept": "text/html"})).read()
+        assert b"<!DOCTYPE html>" in page[:200]
+    finally:
+        proc.terminate()
+    assert proc.wait(timeout=120) == 0, log.read_text()
+    assert "Traceback" not in log.read_text()

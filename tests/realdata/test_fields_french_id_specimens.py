@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.formats import french_id
 from pipeline.formats.document import read_document
+from pipeline.formats import french_id
 from tests.unit.test_fields_french_id import TODAY
 
 

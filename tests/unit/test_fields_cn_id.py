@@ -6,8 +6,8 @@ from datetime import date
 
 import pytest
 
-from pipeline.formats import cn_id
 from pipeline.formats.dates import parse_validity
+from pipeline.formats import cn_id
 
 TODAY = date(2026, 6, 1)
 

@@ -7,8 +7,8 @@ from datetime import date
 
 import pytest
 
-from pipeline.formats import cn_permanent_residence as pr
 from pipeline.formats.document import read_document
+from pipeline.formats import cn_permanent_residence as pr
 from tests.unit.test_fields_document import page, states
 
 TODAY = date(2026, 6, 1)

@@ -7,10 +7,10 @@ from datetime import date
 
 import pytest
 
-from pipeline.formats import mrz
 from pipeline.formats.document import OcrLine, read_document
 from pipeline.formats.mrz import check_digit
 from pipeline.formats.printed_zone import label_kind
+from pipeline.formats import mrz
 from pipeline.trust.table import evidence_class
 
 TODAY = date(2026, 6, 1)

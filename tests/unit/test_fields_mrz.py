@@ -6,8 +6,8 @@ from datetime import date
 
 import pytest
 
-from pipeline.formats import mrz
 from pipeline.formats.dates import yymmdd
+from pipeline.formats import mrz
 
 TODAY = date(2026, 6, 1)
 

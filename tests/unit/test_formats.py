@@ -249,3 +249,23 @@ def test_a_format_cannot_read_a_doc_type_it_did_not_declare() -> None:
             read_document(page("CITY LIBRARY CARD", "LC1234561"), TODAY)
     finally:
         FORMATS.unregister("undeclared")
+
+
+def test_the_issuer_is_what_the_page_states_and_the_prc_for_its_cards() -> None:
+    """A zone's issuer code (Germany's `D` stored as DEU, a misread that is no code stored as nothing); CHN for a
+    type only the PRC issues, from the format, whatever reads it (the VLM answers' judge asks the same registry)."""
+    from pipeline.extract.model.answer_evidence import AnswerEvidence, judge
+    from pipeline.formats.zone import issuer_code
+
+    reading = read_document(page("PASSPORT", "Surname", "ERIKSSON", "Given names", "ANNA MARIA", "L898902C3", *TD3),
+                            date(2024, 1, 1))
+    assert (reading.doc_type, reading.issuer) == ("passport", "UTO")
+    assert [issuer_code(c) for c in ("UTO", "D", "", None, "U7O", "UTOX")] == ["UTO", "DEU", None, None, None, None]
+    assert (FORMATS.issuer_of("cn_id"), FORMATS.issuer_of("cn_permanent_residence")) == ("CHN", "CHN")
+    assert FORMATS.issuer_of("passport") is None and FORMATS.issuer_of("id_card") is None
+    answer = {"doc_type": "passport", "name": "ERIKSSON ANNA MARIA", "id_number": "L898902C3",
+              "expiry_date": "2012-04-15", "orientation": "landscape"}
+    assert judge(answer, AnswerEvidence(mrz=tuple(TD3)), None, date(2010, 1, 1)).issuer == "UTO"
+    assert judge(answer, AnswerEvidence(), None, date(2010, 1, 1)).issuer is None  # no zone: nothing states it
+    prc = {**answer, "doc_type": "cn_id", "id_number": "11010519491231002X", "expiry_date": None}
+    assert judge(prc, AnswerEvidence(), None).issuer == "CHN"

@@ -183,3 +183,34 @@ def test_the_summary_counts_records_whose_number_another_document_shows_with_ano
     assert _run(one_run("r2", [renamed]))["number_conflicts"] == {"records": 1, "other_records": 1,
                                                                   "numbers": ["ZE****09"]}
     assert "ZE000509" not in (tmp_path / RUNS / "r2.json").read_text(encoding="utf-8")
+
+
+def test_the_summary_counts_what_a_desk_decides_first(tmp_path: Path) -> None:
+    """Auto-accepted (every field at the threshold) or to review, as the review page lists them; expired on the
+    run's date (unknown without an end date, or for life); by issuer."""
+    sure = {name: FieldReading("x", "present", 0.99) for name in ("name", "id_number", "expiry_date")}
+
+    def record(i: int, expiry: str | None, issuer: str | None, *, confident: bool = True) -> Record:
+        r = _record(i)
+        ex = dataclasses.replace(r.extraction, issuer=issuer, field_states=sure if confident else {},
+                                 fields={**r.extraction.fields, "id_number": f"ZE00050{i}"})  # no number conflict
+        return dataclasses.replace(r, extraction=ex, expiry_date=None if expiry == "long-term" else expiry,
+                                   expiry_long_term=expiry == "long-term")
+
+    async def go() -> RunSession:
+        async with RunSession.open(tmp_path, run_id="r1", settings=Settings()) as run:
+            outcomes = [record(1, "2001-01-01", "UTO"), record(2, "2999-01-01", "CHN"),
+                        record(3, "long-term", "CHN"), record(4, None, None, confident=False),
+                        Failure("bad.jpg", None, None, "ingest", Reason.EMPTY_FILE, "0 B")]
+            for outcome in outcomes:
+                run.see()
+                run.record(outcome)
+        return run
+
+    run = _run(go())
+    assert _summary(tmp_path, "r1")["decisions"] == {
+        "threshold": 0.95, "auto_accepted": 3, "to_review": 1, "failed": 1, "expired": 1, "expiry_unknown": 2,
+        "by_issuer": {"CHN": 2, "UTO": 1, "unknown": 1}}
+    rows = {r["source_path"]: (r["expired"], r["issuer"]) for r in read_table(tmp_path, RESULTS).to_pylist()}
+    assert rows == {"1.png": (True, "UTO"), "2.png": (False, "CHN"), "3.png": (None, "CHN"), "4.png": (None, None)}
+    assert run.summary is not None

@@ -51,6 +51,7 @@ from pipeline.extract.model.answer_parsing import normalised
 from pipeline.formats.lines import fold
 from pipeline.formats.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK
 from pipeline.formats.registered import FORMATS, NAME_EXTENDED_CHECK, ZoneFields, ZoneFormat
+from pipeline.formats.zone import issuer_code
 from pipeline.trust.rules import (
     DISAGREEMENTS,
     DISAGREES,
@@ -94,6 +95,7 @@ class Judged:
     classes: dict[str, str]
     refuted: list[str]
     lp: str = "nolp"  # whether the raw scores are token probabilities (`lp`) or none were given (`nolp`)
+    issuer: str | None = None  # the answer's zone's issuer code, else the one state issuing its doc type
 
 
 def split_answer(answer: dict[str, Any]) -> tuple[dict[str, Any], AnswerEvidence]:
@@ -138,7 +140,8 @@ def judge(fields: dict[str, Any], evidence: AnswerEvidence, scores: dict[str, fl
     states = {name: _reading(fields.get(name), scores, name) for name in FIELD_NAMES}
     doc_type = fields.get("doc_type")
     lp = "lp" if scores is not None else "nolp"
-    return Judged(checks, failures, states, _classes(states, doc_type, checks, failures, lp), refuted, lp)
+    issuer = (issuer_code(found[1].issuer) if found else None) or FORMATS.issuer_of(doc_type)
+    return Judged(checks, failures, states, _classes(states, doc_type, checks, failures, lp), refuted, lp, issuer)
 
 
 def _classes(states: dict[str, FieldReading], doc_type: Any, checks: list[str], failures: list[str],
@@ -185,7 +188,7 @@ def with_ocr_reading(fields: dict[str, Any], judged: Judged, ocr: dict[str, Fiel
         (checks if same else failures).append(VS_OCR[name])
     doc_type = fields.get("doc_type")
     return Judged(checks, failures, judged.states, _classes(judged.states, doc_type, checks, failures, judged.lp),
-                  judged.refuted, judged.lp)
+                  judged.refuted, judged.lp, judged.issuer)
 
 
 def _same(name: str, ours: Any, theirs: Any) -> bool:

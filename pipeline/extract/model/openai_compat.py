@@ -321,7 +321,7 @@ class OpenAICompatBackend:
             field_states=judged.states, checks=judged.checks, check_failures=judged.failures,
             evidence=judged.classes, raw_response=self._scrub(answer.text), endpoint=self.endpoint,
             prompt_tokens=ledger.prompt_tokens, completion_tokens=ledger.completion_tokens,
-            latency_ms=round(ledger.latency_ms, 1), attempts=ledger.attempts))
+            latency_ms=round(ledger.latency_ms, 1), attempts=ledger.attempts, issuer=judged.issuer))
 
     def _request_failure(self, page: PreparedImage, error: RequestError, ledger: _Ledger) -> Failure:
         return Failure.for_ref(page.ref, "request", error.reason, error.diagnosis, attempts=ledger.attempts,

@@ -229,6 +229,7 @@ class OcrBackend:
             check_failures=list(reading.check_failures),
             latency_ms=(time.perf_counter() - started) * 1000,
             rotation_correction=extra_rotation,
+            issuer=reading.issuer,
         )
         return self._calibration.apply(extraction) if self._calibration else extraction
 

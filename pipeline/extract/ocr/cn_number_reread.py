@@ -26,9 +26,9 @@ from datetime import date
 import numpy as np
 
 from pipeline.extract.ocr.mrz_reread import Recognise, Row, refine, strip, variants
-from pipeline.formats import cn_id
 from pipeline.formats.dates import normalise_text
 from pipeline.formats.document import DocumentReading, OcrLine, read_document
+from pipeline.formats import cn_id
 
 _NUMBER_LENGTH = 18
 # Characters the recogniser gives for a digit of this print (the repairs `cn_id.normalise_number` accepts).
