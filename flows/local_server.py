@@ -406,27 +406,35 @@ def forget_prefect_queues() -> int:
     import queue
 
     dropped = 0
-    for module, name in _PREFECT_QUEUES:
-        service = getattr(sys.modules.get(module), name, None)
-        for instance in list(getattr(service, "_instances", {}).values()):
-            pending = getattr(instance, "_queue", None)
-            if not isinstance(pending, queue.Queue):
-                continue
-            stop_marker = False
-            while True:
-                try:
-                    item = pending.get_nowait()
-                except queue.Empty:
-                    break
-                pending.task_done()
-                if item is None:
-                    stop_marker = True
-                else:
-                    dropped += 1
-                    getattr(instance, "_on_item_dropped", lambda _: None)(item)
-            if stop_marker:
-                pending.put_nowait(None)
+    services = [service for module, name in _PREFECT_QUEUES
+                if isinstance(service := getattr(sys.modules.get(module), name, None), type)]
+    running = {id(i): i for service in services for i in list(getattr(service, "_instances", {}).values())}
+    for instance in running.values():  # the dict is shared by Prefect's queue services: keep to these two
+        pending = getattr(instance, "_queue", None)
+        if isinstance(instance, tuple(services)) and isinstance(pending, queue.Queue):
+            dropped += _empty(pending, instance)
     return dropped
+
+
+def _empty(pending: Any, instance: Any) -> int:
+    """Take every item out of a Prefect queue service's queue but its stop marker (None); how many."""
+    import queue
+
+    taken, stop_marker = 0, False
+    while True:
+        try:
+            item = pending.get_nowait()
+        except queue.Empty:
+            break
+        pending.task_done()
+        if item is None:
+            stop_marker = True
+        else:
+            taken += 1
+            getattr(instance, "_on_item_dropped", lambda _: None)(item)
+    if stop_marker:
+        pending.put_nowait(None)
+    return taken
 
 
 class ServerInUse(RuntimeError):
