@@ -222,7 +222,7 @@ def prefect_api(ui: bool | None = None) -> Iterator[Callable[[], PrefectApi]]:
     Yields `ready()`: import the flows first, then call it, so a server's start-up overlaps the imports; it
     returns the API in use. A server that does not start, or that stops answering during the command (once
     Prefect's client has given up), is one line and exit 3."""
-    from flows.local_server import BackgroundServer, ServerStartError, without_userinfo
+    from flows.local_server import BackgroundServer, ServerStartError, forget_prefect_queues, without_userinfo
 
     api_url: list[str] = []  # the API the command uses, once `ready()` has found it
     with BackgroundServer(ui) as server:
@@ -249,6 +249,7 @@ def prefect_api(ui: bool | None = None) -> Iterator[Callable[[], PrefectApi]]:
             console.print(f"[red]error:[/red] the Prefect API at {escape(without_userinfo(api_url[0]))} stopped "
                           f"answering ({type(lost).__name__}); what was finished is stored: run the same command "
                           "again", soft_wrap=True)
+            forget_prefect_queues()  # undeliverable now; Prefect would retry each event for 7 s before exiting
             raise typer.Exit(PREFECT_ERROR) from None
 
 

@@ -1,6 +1,8 @@
 """Operations end to end with real processes on loopback: `prefect server start`, `idflow serve`,
 `idflow watch`; an upload folder with a marker starts an `on-upload` run; `nightly` then does only the folder
 nobody did yet; the Prefect UI shows the run's summary artifact in headless Chromium; `prefect.yaml` deploys.
+The upload folders are named with an ID number, which stays masked in everything Prefect and the processes keep
+(one stack proves both: a second server, serve and watch doing the same runs cost the suite a minute).
 
 Slow (server start, OCR runs): generous timeouts; every process is killed in `finally`.
 """
@@ -20,6 +22,9 @@ from typing import Any
 
 import pytest
 
+from pipeline.ingest.inbox import LEDGER_DIR, LEDGER_NAME
+from pipeline.ingest.sources import folder_reference, resolve
+from pipeline.store.parquet import RESULTS, RUNS, run_input_dir
 from flows.watch import STATE_NAME
 from pipeline.ingest.inbox import LEDGER_DIR, LEDGER_NAME
 from pipeline.ingest.sources import folder_reference, resolve
@@ -29,6 +34,10 @@ from tests.support.paths import REPO
 from tests.support.prefect_server import Stack, prefect_server, wait_for
 
 SAMPLES = ("cn_front.jpg", "passport_td3.jpg", "broken.jpg")  # two good documents and one failure
+PRC = "320106197701013454"  # a valid PRC resident ID number (check digit 4), in the upload folders' names
+MASKED = "3201**********3454"
+FIRST, SECOND = f"scans_{PRC}", f"batch_{PRC}_b"  # the on-upload run's folder, then nightly's
+PERSONAL = ("results", "failures", "review", "sources")  # OUT's files documented as holding personal data
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -97,7 +106,7 @@ def upload_run(stack: OpsStack) -> UploadRun:
     # the OS watch was set; the restart path is unit-tested).
     wait_for(lambda: "watching " in stack.log("watch") or stack.alive("watch"), 240, "idflow watch to start",
              every=0.2)
-    folder = make_upload(stack.inbox, "batch-001")
+    folder = make_upload(stack.inbox, FIRST)
 
     def finished() -> list:
         stack.alive("serve")
@@ -108,6 +117,7 @@ def upload_run(stack: OpsStack) -> UploadRun:
     (run,) = runs
     assert run.state.is_completed(), f"{run.state}\n{stack.log('serve')}"
     assert run.parameters["input_dir"] == folder_reference(stack.out, folder)  # never the folder's path
+    assert resolve(stack.out, run.parameters["input_dir"]) == folder.resolve()
     return UploadRun(str(run.id), folder)
 
 
@@ -117,7 +127,8 @@ def test_upload_folder_triggers_one_completed_run_with_outputs_and_artifacts(sta
 
     summary = json.loads((stack.out / RUNS / f"{upload_run.flow_run_id}.json").read_text())
     assert summary["accounted"] and summary["seen"] == len(SAMPLES) + 1  # + the _READY marker (skipped)
-    assert summary["input_dir"] == str(upload_run.folder.resolve())
+    assert summary["input_dir"] == str(upload_run.folder.resolve()).replace(PRC, MASKED)  # masked, like messages
+    assert run_input_dir(summary, stack.out) == upload_run.folder.resolve()  # exact in OUT/sources
     assert any((stack.out / RESULTS).rglob(f"part-{summary['run_id']}-*.parquet"))
 
     artifacts = stack.call(lambda c: c.read_artifacts(
@@ -129,41 +140,46 @@ def test_upload_folder_triggers_one_completed_run_with_outputs_and_artifacts(sta
     run = stack.call(lambda c: c.read_flow_run(upload_run.flow_run_id))
     assert {"backend:ocr", "on-upload"} <= set(run.tags)
     state = json.loads((stack.inbox / STATE_NAME).read_text())
-    assert list(state["announced"]) == ["batch-001"]
+    assert list(state["announced"]) == [FIRST]
     time.sleep(5)  # a second announcement would have started a second run by now
     assert len(stack.call(lambda c: _flow_runs(c, deployment="on-upload"))) == 1
 
 
-def test_nightly_processes_only_folders_not_done(stack: OpsStack, upload_run: UploadRun) -> None:
+def _run_nightly(stack: OpsStack) -> Any:
     from prefect.deployments import run_deployment
 
-    stack.stop("watch")  # batch-002 is for nightly alone
-    second = make_upload(stack.inbox, "batch-002")
+    async def go(_client) -> Any:
+        return await run_deployment("nightly/nightly", timeout=900, poll_interval=3)
+
+    return stack.call(go)
+
+
+@pytest.fixture(scope="module")
+def nightly_run(stack: OpsStack, upload_run: UploadRun) -> tuple[Any, Path]:
+    """watch stopped, a second upload folder and an incomplete one: the nightly run, and the folder it did."""
+    stack.stop("watch")  # the second folder is for nightly alone
+    second = make_upload(stack.inbox, SECOND)
     (stack.inbox / "batch-003").mkdir()  # incomplete: no marker
+    return _run_nightly(stack), second
 
-    def run_nightly() -> Any:
-        async def go(_client) -> Any:
-            return await run_deployment("nightly/nightly", timeout=900, poll_interval=3)
 
-        return stack.call(go)
-
-    first = run_nightly()
+def test_nightly_processes_only_folders_not_done(stack: OpsStack, nightly_run: tuple[Any, Path]) -> None:
+    first, second = nightly_run
     assert first.state.is_completed(), f"{first.state}\n{stack.log('serve')}"
     extract_runs = stack.call(lambda c: _flow_runs(c, flow="extract-folder"))
     by_folder: dict[str, list] = {}
     for r in extract_runs:
         by_folder.setdefault(resolve(stack.out, r.parameters["input_dir"]).name, []).append(r)
-    assert len(by_folder["batch-001"]) == 1  # the on-upload run; nightly did not redo it
-    (child,) = by_folder["batch-002"]
+    assert len(by_folder[FIRST]) == 1  # the on-upload run; nightly did not redo it
+    (child,) = by_folder[SECOND]
     assert child.parent_task_run_id is not None and child.state.is_completed()  # a subflow of nightly
     assert "batch-003" not in by_folder
 
     ledger = json.loads((stack.out / LEDGER_DIR / LEDGER_NAME).read_text())["done"]
-    assert {Path(k).name: v["via"] for k, v in ledger.items()} == {"batch-001": "extract-run",
-                                                                   "batch-002": "nightly"}
+    assert {Path(k).name: v["via"] for k, v in ledger.items()} == {FIRST: "extract-run", SECOND: "nightly"}
     assert ledger[str(second.resolve())]["run_id"] == str(child.id)
 
-    again = run_nightly()
+    again = _run_nightly(stack)
     assert again.state.is_completed()
     assert len(stack.call(lambda c: _flow_runs(c, flow="extract-folder"))) == 2  # nothing processed twice
 
@@ -206,7 +222,8 @@ def test_retry_failures_deployment_runs_under_the_request_limit(stack: OpsStack,
 
 
 def test_prefect_yaml_deploys_to_a_process_pool(stack: OpsStack, upload_run: UploadRun) -> None:
-    """Last: it replaces the served deployments of the same names."""
+    """After the other runs: it replaces the served deployments of the same names (the masking check after it
+    runs nothing)."""
     stack.stop("serve")
     env = {**stack.env, "IDFLOW_INBOX": str(stack.inbox), "IDFLOW_OUT": str(stack.out),
            "IDFLOW_BACKEND": "ocr", "IDFLOW_TIMEZONE": "Asia/Shanghai"}
@@ -233,3 +250,44 @@ def test_prefect_yaml_deploys_to_a_process_pool(stack: OpsStack, upload_run: Upl
         assert automations[0].actions[0].parameters["input_dir"] == "{{ event.payload.ref }}"
 
     stack.call(check)
+
+
+def test_an_upload_folder_named_with_an_id_number_reaches_prefect_masked(stack: OpsStack, upload_run: UploadRun,
+                                                                          nightly_run: tuple[Any, Path]) -> None:
+    """After every run of the file (on-upload, nightly, retry, the deploy): the folders' ID number is searched for
+    in the events, flow runs (names, parameters), artifacts and logs read through the Prefect API, in every file of
+    the server's database and home, in the processes' consoles, and in OUT's files other than the ones documented
+    as holding personal data."""
+    first, second = upload_run.folder, nightly_run[1]
+    runs = stack.call(lambda c: _flow_runs(c, flow="extract-folder"))
+    assert sorted(resolve(stack.out, r.parameters["input_dir"]).name for r in runs) == sorted([first.name,
+                                                                                            second.name])
+
+    async def everything(client: Any) -> dict[str, Any]:
+        page = (await client._client.post("/events/filter", json={"limit": 50})).json()
+        events = page["events"]
+        while page.get("next_page"):  # 50 a page at most
+            page = (await client._client.get(page["next_page"])).json()
+            events += page["events"]
+        flow_runs = await client.read_flow_runs()
+        return {"events": events,
+                "flow_runs": [{"name": r.name, "parameters": r.parameters} for r in flow_runs],
+                "artifacts": [a.model_dump(mode="json") for a in await client.read_artifacts()],
+                "logs": [log.message for log in await client.read_logs()]}
+
+    seen = stack.call(everything)
+    uploads = [e for e in seen["events"] if e["event"] == "idflow.upload.ready"]
+    assert len(uploads) == 1 and uploads[0]["payload"]["path"].endswith(f"scans_{MASKED}")
+    assert uploads[0]["payload"]["ref"] == folder_reference(stack.out, first)
+    assert any(MASKED in r["name"] for r in seen["flow_runs"]) and seen["artifacts"] and seen["logs"]
+    for what, found in seen.items():
+        assert PRC not in json.dumps(found, ensure_ascii=False), what
+
+    # the server's database and home, the consoles of the server, serve and watch
+    for path in (p for p in stack.tmp.rglob("*") if p.is_file() and not p.is_relative_to(stack.inbox)
+                 and not p.is_relative_to(stack.out)):
+        assert PRC.encode() not in path.read_bytes(), path
+    others = [p for p in stack.out.rglob("*") if p.is_file() and p.relative_to(stack.out).parts[0] not in PERSONAL]
+    assert any(p.parent.name == "runs" for p in others)
+    for path in others:
+        assert PRC.encode() not in path.read_bytes(), path
