@@ -38,7 +38,8 @@ from pipeline.ingest import sources
 from pipeline.ingest.discover import Discovery, walk
 from pipeline.masking import install_masking, redact
 from pipeline.review.page import PAGE_KEY, owed_page, page_path, write_page
-from pipeline.review.queue import build_queue
+from pipeline.review.queue import MAX_PICTURES, build_queue
+from pipeline.review.thumbnails import RunThumbnails
 from pipeline.run import progress
 from pipeline.run.batches import BatchCounts, BatchRouter, drive_batches
 from pipeline.run.engine import Engine, Item, Outcome
@@ -134,8 +135,9 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
             progress_bar.report(run.finished, run.tally.seen)
 
         router = BatchRouter(settings.batch_size, asyncio.get_running_loop())
+        made = RunThumbnails(MAX_PICTURES)
         stream = _outcomes(router.assign(discovered()), settings, dask=dask, overrides=overrides,
-                           fingerprint=run.writer.fingerprint, journal=run.journal)
+                           fingerprint=run.writer.fingerprint, journal=run.journal, thumbnails=made)
         counts = await drive_batches(router, stream, lambda batch: batch_task(batch, record, progress_bar.publish),
                                      record)
         run.summary_extra.update(input_dir=str(root), out_dir=str(out),
@@ -143,16 +145,17 @@ async def extract_folder(input_dir: str, out_dir: str, backend: str = "ocr", con
     summary = run.summary
     assert summary is not None
     await progress_bar.finish()
-    await _publish(summary, counts, input_dir=str(root), out_dir=str(out))
+    await _publish(summary, counts, input_dir=str(root), out_dir=str(out), made=made)
     logger.info("run %s: seen=%d results=%d failures=%d skipped=%d accounted=%s", summary["run_id"],
                 summary["seen"], summary["results"], summary["failures"], summary["skipped"], summary["accounted"])
     return summary
 
 
 async def _outcomes(items: Iterator[Item], settings: Settings, *, dask: str | None, overrides: dict[str, Any],
-                    fingerprint: str, journal: CrashJournal | None) -> AsyncIterator[tuple[Outcome, str]]:
+                    fingerprint: str, journal: CrashJournal | None,
+                    thumbnails: RunThumbnails | None = None) -> AsyncIterator[tuple[Outcome, str]]:
     """Every item's outcome with the worker that made it: the engine in this process (preparing pages under
-    `journal`), or Dask workers running the same engine on batches (imported only then: the default path never
+    `journal`, keeping the review page's `thumbnails` of the pages it sent), or Dask workers running the same engine on batches (imported only then: the default path never
     loads Dask; a worker's process is its own, so a page that kills one is Dask's to reschedule)."""
     if dask:
         from flows.dask_batches import DaskBatches
@@ -162,7 +165,7 @@ async def _outcomes(items: Iterator[Item], settings: Settings, *, dask: str | No
                 yield pair
         return
     engine = Engine(settings, make_backend(settings), request_slot=lambda: request_slots(settings.backend, 1),
-                    journal=journal)
+                    journal=journal, thumbnails=thumbnails)
     async with engine:
         async for outcome in engine.run(items):
             yield outcome, "local"
@@ -194,7 +197,8 @@ class Progress:
         await aupdate_progress_artifact(self.artifact_id, 100.0)
 
 
-async def _publish(summary: dict[str, Any], batches: list[BatchCounts], *, input_dir: str, out_dir: str) -> None:
+async def _publish(summary: dict[str, Any], batches: list[BatchCounts], *, input_dir: str, out_dir: str,
+                   made: RunThumbnails | None = None) -> None:
     """Artifacts for the Prefect UI: summary, batches, masked tables of failures and a sample of results, link."""
     await acreate_markdown_artifact(summary_markdown(summary, input_dir=input_dir, out_dir=out_dir),
                                     key="idflow-run-summary", description="idflow run summary")
@@ -211,17 +215,18 @@ async def _publish(summary: dict[str, Any], batches: list[BatchCounts], *, input
                                          description=f"{name} of this run (names and ID numbers masked)")
     await acreate_link_artifact(Path(out_dir).resolve().as_uri(), link_text="Parquet outputs",
                                 key="idflow-outputs")
-    await _review_pages(Path(out_dir), summary)
+    await _review_pages(Path(out_dir), summary, made)
 
 
-async def _review_pages(out: Path, summary: dict[str, Any]) -> None:
-    """The run's review page (inside OUT) and its artifacts, and the page an earlier run owes (`owed_page`). OUT
-    full or not writable here is one line saying that every document is stored and only the page is missing."""
+async def _review_pages(out: Path, summary: dict[str, Any], made: RunThumbnails | None = None) -> None:
+    """The run's review page (inside OUT) and its artifacts, with the thumbnails the run `made`, and the page an
+    earlier run owes (`owed_page`). OUT full or not writable here is one line saying that every document is stored
+    and only the page is missing."""
     from flows.review import publish_review
 
     try:
         owed = owed_page(out, summary["run_id"])
-        await publish_review(out, summary["run_id"])
+        await publish_review(out, summary["run_id"], made=made)
         if owed is not None:
             await asyncio.to_thread(lambda: write_page(build_queue(out, owed)))
             get_run_logger().info("wrote the review page run %s could not write", owed)

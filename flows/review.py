@@ -54,6 +54,7 @@ from pipeline.review.corrections import Correction, clean_values, correction_pro
 from pipeline.review.page import REVIEW, write_page
 from pipeline.review.queue import ReviewItem, ReviewQueue, build_queue
 from pipeline.review.summary import review_markdown
+from pipeline.review.thumbnails import RunThumbnails
 from pipeline.validate import schema
 
 try:
@@ -87,11 +88,12 @@ class DocumentReview(RunInput):
     reviewer: str = ""
 
 
-async def publish_review(out: Path, run_id: str | None = None, threshold: float | None = None
-                         ) -> tuple[ReviewQueue, Path]:
+async def publish_review(out: Path, run_id: str | None = None, threshold: float | None = None,
+                         made: RunThumbnails | None = None) -> tuple[ReviewQueue, Path]:
     """Write the run's review page into OUT/review/ and link it, with a summary, from the current flow run's
-    artifacts (counts, histogram, masked numbers; no pictures or names)."""
-    queue = await asyncio.to_thread(build_queue, out, run_id, threshold=threshold, whole_out=run_id is None)
+    artifacts (counts, histogram, masked numbers; no pictures or names); `made`: the thumbnails the run made."""
+    queue = await asyncio.to_thread(build_queue, out, run_id, threshold=threshold, whole_out=run_id is None,
+                                    made=made)
     page = await asyncio.to_thread(write_page, queue)
     uri = page.resolve().as_uri()
     await acreate_link_artifact(uri, link_text=f"review page: {len(queue.open_items)} documents need a person",

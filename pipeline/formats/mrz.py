@@ -587,8 +587,12 @@ def find(lines: Sequence[str], today: date) -> MrzResult | None:
     page_tokens = frozenset(t for x in lines for t in re.split(r"[^0-9A-Z]+", x.upper()) if t)
     best: MrzResult | None = None
     best_score = 0.0
+    tried: list[list[str]] = []
     for spaces_as_filler in (False, True):
         segments = ocr_segments(lines, spaces_as_filler=spaces_as_filler)
+        if segments in tried:  # lines without spaces (a VLM's zone): the same windows, the same best
+            continue
+        tried.append(segments)
         for fmt in ("TD3", "MRVA", "TD2", "MRVB", "TD1"):
             n = _LINES[fmt]
             windows: dict[tuple[tuple[str, ...], bool], None] = {}

@@ -25,7 +25,7 @@ from pipeline.prepare import Orientation
 from pipeline.review.conflicts import CONFLICT_REASON, Conflict, find_conflicts
 from pipeline.review.corrections import latest_corrections
 from pipeline.review.failure_queue import current_failures, input_dirs
-from pipeline.review.thumbnails import Thumbnail, locate, thumbnail
+from pipeline.review.thumbnails import RunThumbnails, Thumbnail, locate, thumbnail
 from pipeline.settings import PrepareSettings, ReviewSettings
 from pipeline.store.parquet import (
     FAILURES,
@@ -259,14 +259,15 @@ def _failure_item(row: dict[str, Any]) -> ReviewItem:
 
 def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | None = None,
                 prepare: PrepareSettings | None = None, thumbnails: bool = True, workers: int = 2,
-                whole_out: bool = False) -> ReviewQueue:
+                whole_out: bool = False, made: RunThumbnails | None = None) -> ReviewQueue:
     """What a person should see, sorted, with thumbnails re-prepared from the sources.
 
     Of one run (`run_id`, default the latest extract run): its records below the threshold and its failures; a
     failure a later run (a retry) turned into a record below the threshold shows that record, still open. Of the
     whole output folder (`whole_out`): every document's latest record below the threshold and every document still
     failing, whichever run made it (a nightly run skips what earlier runs did, so its own queue cannot show what
-    those left for a person). A person's decision settles an item either way.
+    those left for a person). A person's decision settles an item either way. `made`: the thumbnails the run
+    made of its pages (the others are re-prepared).
     """
     try:
         summary = run_summary(out_dir, run_id)
@@ -312,9 +313,12 @@ def build_queue(out_dir: Path, run_id: str | None = None, *, threshold: float | 
         folders = [*([own] if own else []), *input_dirs(out_dir).values()]
         settings = prepare or PrepareSettings()
         pictured = items[:MAX_PICTURES]  # re-preparing costs ~0.3-2 s a page: a page for people, not an export
+        for item in pictured:
+            item.thumbnail = (made.get(item.key) if made is not None and item.kind != "failure" else None) \
+                or item.thumbnail
+        again = [item for item in pictured if item.thumbnail.data_uri is None]
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for item, thumb in zip(pictured, pool.map(lambda i: _thumbnail(i, folders, settings), pictured),
-                                   strict=True):
+            for item, thumb in zip(again, pool.map(lambda i: _thumbnail(i, folders, settings), again), strict=True):
                 item.thumbnail = thumb
         for item in items[MAX_PICTURES:]:
             item.thumbnail = Thumbnail(None, f"no picture: only the first {MAX_PICTURES} documents are pictured")

@@ -1,17 +1,26 @@
-"""Thumbnails of the prepared page (what a model sees), re-prepared from the source file.
+"""Thumbnails of the prepared page (what a model sees): made by the run from the page it sent, or re-prepared from
+the source file.
 
-The source is found again from the run summary's input folder and the row's relative path, and used only if
-its bytes still hash to the row's sha256: a file that changed since the run would show a different document.
+A run keeps the thumbnails of its least confident records (`RunThumbnails`, as many as the review page pictures):
+the page it has just sent is already decoded and upright, so a thumbnail costs a resize and a small JPEG, where
+re-preparing costs a second decode (a PNG scan cannot be decoded smaller: 30-40 ms a page). Any other item (a
+failure, a record of another run, the page of `idflow review`) is re-prepared: its source is found again from the
+run summary's input folder and the row's relative path, and used only if its bytes still hash to the row's
+sha256: a file that changed since the run would show a different document.
 Thumbnails hold personal data, so they live only inside OUT (embedded in the review page), never in Prefect.
 """
 
 from __future__ import annotations
 
 import base64
+import heapq
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.datamodel import DocumentRef, Failure
+import numpy as np
+
+from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import Orientation, cap_long_edge, encode, prepare_page
 from pipeline.settings import PrepareSettings
@@ -63,3 +72,60 @@ def thumbnail(path: Path, source_path: str, sha256: str, page: int, settings: Pr
         return Thumbnail(None, f"the page cannot be prepared ({prepared.reason}): no picture")
     jpeg, mime = encode(cap_long_edge(prepared.pixels, THUMBNAIL_LONG_EDGE), "jpeg", THUMBNAIL_QUALITY)
     return Thumbnail(f"data:{mime};base64," + base64.b64encode(jpeg).decode("ascii"))
+
+
+def from_pixels(pixels: np.ndarray) -> Thumbnail:
+    """The thumbnail of a prepared page (RGB, upright)."""
+    jpeg, mime = encode(cap_long_edge(pixels, THUMBNAIL_LONG_EDGE), "jpeg", THUMBNAIL_QUALITY)
+    return Thumbnail(f"data:{mime};base64," + base64.b64encode(jpeg).decode("ascii"))
+
+
+def rank_of(record: Record) -> tuple[float, str, int]:
+    """Where the review page lists `record` among the run's records (`ReviewItem.rank` of a record): its least
+    field confidence as stored (float32; a field without one counts as 0), then its path and page."""
+    states = record.extraction.field_states
+    confidence = min(0.0 if (r := states.get(name)) is None or r.confidence is None
+                     else float(np.float32(r.confidence)) for name in FIELD_NAMES)
+    ref = record.extraction.ref
+    return confidence, ref.rel_path, ref.page
+
+
+class RunThumbnails:
+    """The thumbnails of the `limit` records of a run listed first on its review page (least confident first),
+    made from the pages the run prepared; the review page re-prepares whatever is not here. Thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._kept: list[tuple[tuple[float, str, int], str]] = []  # max-heap by rank (negated), of keys
+        self._pictures: dict[str, Thumbnail] = {}
+        self._lock = threading.Lock()
+
+    def wanted(self, record: Record) -> bool:
+        """Whether `record` would be kept (before its thumbnail is made)."""
+        with self._lock:
+            return len(self._kept) < self.limit or _negated(rank_of(record)) > self._kept[0][0]
+
+    def keep(self, record: Record, pixels: np.ndarray) -> None:
+        """Make and keep `record`'s thumbnail from its prepared page if it is among the first `limit`."""
+        if not self.wanted(record):
+            return
+        picture, key = from_pixels(pixels), record.extraction.ref.key
+        with self._lock:
+            entry = (_negated(rank_of(record)), key)
+            if len(self._kept) < self.limit:
+                heapq.heappush(self._kept, entry)
+            elif entry[0] > self._kept[0][0]:
+                self._pictures.pop(heapq.heapreplace(self._kept, entry)[1], None)
+            else:
+                return
+            self._pictures[key] = picture
+
+    def get(self, key: str | None) -> Thumbnail | None:
+        with self._lock:
+            return self._pictures.get(key or "")
+
+
+def _negated(rank: tuple[float, str, int]) -> tuple[float, tuple[int, ...], int]:
+    """A rank whose order is reversed (heapq keeps the smallest first; the worst kept must be on top)."""
+    confidence, path, page = rank
+    return -confidence, tuple(-ord(c) for c in path) + (1,), -page

@@ -28,6 +28,7 @@ from pipeline.extract.registry import find_spec
 from pipeline.masking import redact
 from pipeline.prepare import prepare_page
 from pipeline.prepare.isolated import prepare_isolated
+from pipeline.review.thumbnails import RunThumbnails
 from pipeline.settings import Settings
 from pipeline.store.crash_journal import CrashJournal
 from pipeline.validate import validate
@@ -78,12 +79,14 @@ class Engine:
     machine's cores) the number of pages being prepared at once, in threads (OpenCV, Pillow and ONNX Runtime
     release the GIL). With a `journal` (a run writing OUT), every page's preparation is journaled, and a page a
     run that died was preparing (`journal.suspects`) is prepared in a child process instead; `isolated` counts
-    them. Use as `async with Engine(...) as engine: async for outcome in engine.run(items)`; leaving
+    them. With `thumbnails`, the review page's thumbnails of the records it will list first are made from the pages
+    sent (no second decode after the run). Use as `async with Engine(...) as engine: async for outcome in engine.run(items)`; leaving
     the block closes the backend and the preparation threads.
     """
 
     def __init__(self, settings: Settings, backend: ExtractionBackend, *, prepare_workers: int | None = None,
-                 request_slot: RequestSlot | None = None, journal: CrashJournal | None = None) -> None:
+                 request_slot: RequestSlot | None = None, journal: CrashJournal | None = None,
+                 thumbnails: RunThumbnails | None = None) -> None:
         self.settings = settings
         self.backend = backend
         self.concurrency = max(1, settings.concurrency)
@@ -91,6 +94,7 @@ class Engine:
         self.isolated = 0
         self._request_slot = request_slot
         self._journal = journal
+        self._thumbnails = thumbnails
         self._threads = ThreadPoolExecutor(self.prepare_workers, thread_name_prefix="idflow-prepare")
 
     async def __aenter__(self) -> Engine:
@@ -200,9 +204,22 @@ class Engine:
     async def _extract(self, page: PreparedImage) -> Record | Failure:
         try:
             (extraction,) = await self.backend.extract([page])
-            return finish(extraction, page)
+            outcome = finish(extraction, page)
         except Exception as exc:  # noqa: BLE001 - any bug is contained to this document
             return internal_failure(page.ref, exc, self.backend.name)
+        if isinstance(outcome, Record) and self._thumbnails is not None:
+            await self._picture(outcome, page, self._thumbnails)
+        return outcome
+
+    async def _picture(self, record: Record, page: PreparedImage, thumbnails: RunThumbnails) -> None:
+        """The review page's thumbnail of `record` made from the page sent, if the page will list it first; not
+        when the backend turned the page further (the OCR's upside-down reading: re-prepared as the record says).
+        A picture is optional: one that fails here is re-prepared for the page, and the record stands."""
+        try:
+            if record.extraction.rotation_correction == 0 and thumbnails.wanted(record):
+                await asyncio.get_running_loop().run_in_executor(self._threads, thumbnails.keep, record, page.pixels)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 async def _aiter(items: Iterable[_T] | AsyncIterable[_T]) -> AsyncIterator[_T]:

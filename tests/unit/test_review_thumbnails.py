@@ -8,13 +8,14 @@ import io
 import os
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
-from pipeline.datamodel import FIELD_NAMES, DocumentRef
+from pipeline.datamodel import FIELD_NAMES, DocumentRef, Extraction, FieldReading, PreparedImage, Record
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import Orientation, prepare_page
 from pipeline.review.queue import _failure_item, _result_item
-from pipeline.review.thumbnails import THUMBNAIL_LONG_EDGE, locate, thumbnail
+from pipeline.review.thumbnails import THUMBNAIL_LONG_EDGE, RunThumbnails, locate, thumbnail
 from pipeline.settings import PrepareSettings
 from pipeline.store.parquet import path_bytes, readable_path
 
@@ -71,3 +72,29 @@ def test_a_records_picture_is_turned_as_its_run_turned_it_not_looked_at_again(sa
 
     as_stored, found_again = shown(item.turned), shown(None)
     assert as_stored.height > as_stored.width and found_again.width > found_again.height
+
+
+def _record(name: str, confidence: float | None) -> Record:
+    ref = DocumentRef(Path(name), name, hashlib.sha256(name.encode()).hexdigest())
+    states = {field: FieldReading("x", "present", confidence) for field in FIELD_NAMES}
+    pixels = np.full((640, 1024, 3), 200, np.uint8)
+    prepared = PreparedImage(ref=ref, pixels=pixels, original_size=(1024, 640), sent_size=(1024, 640),
+                             rotation_applied=0, skew_corrected=0.0, orientation="landscape", visual_tokens=640)
+    return Record(Extraction(ref=ref, fields={}, backend="openai", model="m", field_states=states), prepared, [],
+                  None, False)
+
+
+def test_a_run_keeps_the_pictures_of_the_records_its_review_page_lists_first() -> None:
+    """The least confident records (then by path, as the page sorts them), at most `limit`, whatever the order
+    they come in; a kept picture is the page sent, shrunk to the thumbnail size."""
+    made = RunThumbnails(limit=3)
+    records = [_record("e.jpg", 0.9), _record("a.jpg", None), _record("d.jpg", 0.2), _record("c.jpg", 0.0),
+               _record("b.jpg", 0.99)]
+    for record in records:
+        made.keep(record, record.prepared.pixels)
+    kept = {r.extraction.ref.rel_path for r in records if made.get(r.extraction.ref.key) is not None}
+    assert kept == {"a.jpg", "c.jpg", "d.jpg"}  # None counts as 0, then a.jpg before c.jpg
+    assert not made.wanted(_record("z.jpg", 0.5)) and made.wanted(_record("b0.jpg", 0.0))
+    picture = made.get(records[1].extraction.ref.key)
+    shown = Image.open(io.BytesIO(base64.b64decode(picture.data_uri.split(",", 1)[1])))
+    assert shown.size == (THUMBNAIL_LONG_EDGE, 300)
