@@ -331,9 +331,173 @@ def _through_expiry(r: Rendered, rng: random.Random) -> float:
     return left + char_w * (start + rng.randrange(6) + rng.uniform(0.3, 0.7))
 
 
+# ------------------------------------------------------------------------ the printed zone absent or unread
+# Real captures often show a zone a reader reads while the printed zone beside it says nothing: a specimen's
+# callouts and stamps over the printed fields, a reader's infrared image (most inks vanish, the zone's carbon
+# print stays), a lamp's glare on the laminate over the names. The holder's name is then what the zone writes
+# (`zone_name`), as on a zone-only strip.
+
+_CALLOUTS = ("1 Surname", "2 Given names", "Document number", "Holder's portrait", "Security thread",
+             "Optically variable ink", "Laser engraving", "Date of expiry", "Ghost image", "Microprint",
+             "Personal data", "Tactile feature")
+_STAMP_WORDS = ("CANCELLED", "VOID", "ANNULÉ", "ENTRY", "DEPARTED", "SPECIMEN", "ADMITTED", "EXIT")
+
+
+def _printed_region(r: Rendered) -> tuple[int, int, int, int]:
+    """The printed fields beside the portrait and above the zone (names, number, dates on every layout)."""
+    w, h = r.image.size
+    _, zone_top, _, _ = _mrz_band(r)
+    top = round(0.09 * h)
+    return (round(0.25 * w), top, round(0.97 * w), max(top + 20, zone_top - round(0.035 * h)))
+
+
+def _callouts(img: Image.Image, box: tuple[int, int, int, int], rng: random.Random) -> None:
+    """Label boxes tiling `box` edge to edge (each opaque, a caption inside, a leader line to the left)."""
+    draw = ImageDraw.Draw(img)
+    x0, y0, x1, y1 = box
+    rows = rng.randint(2, 4)
+    fill = rng.choice(((255, 255, 255), (255, 246, 196), (222, 236, 255), (40, 70, 140)))
+    ink = (20, 20, 20) if sum(fill) > 400 else (255, 255, 255)
+    f = font("sans_bold", max(14, (y1 - y0) // (rows * 3)))
+    for i in range(rows):
+        top, bottom = y0 + (y1 - y0) * i // rows, y0 + (y1 - y0) * (i + 1) // rows + 2
+        left = x0 - rng.randint(0, 20)
+        draw.rounded_rectangle((left, top, x1, bottom), radius=8, fill=fill, outline=(200, 40, 40), width=3)
+        draw.text((left + 14, top + (bottom - top) // 3), rng.choice(_CALLOUTS), font=f, fill=ink)
+        draw.line((left, (top + bottom) // 2, left - rng.randint(20, 60), (top + bottom) // 2 + rng.randint(-30, 30)),
+                  fill=(200, 40, 40), width=3)
+
+
+def _stamps(img: Image.Image, box: tuple[int, int, int, int], rng: random.Random) -> Image.Image:
+    """Ink wash and border stamps over `box`: an opaque ink pad smear under 1-3 stamps with their words."""
+    x0, y0, x1, y1 = box
+    ink = rng.choice(((150, 30, 40), (30, 50, 150), (40, 110, 60), (90, 40, 120)))
+    layer = Image.new("RGB", img.size, ink)
+    mask = Image.new("L", img.size, 0)
+    draw = ImageDraw.Draw(mask)
+    draw.rectangle(box, fill=rng.randint(215, 240))  # the smudged pad: text under it is lost
+    out = Image.composite(layer, img, mask.filter(ImageFilter.GaussianBlur(4)))
+    draw = ImageDraw.Draw(out)
+    for _ in range(rng.randint(1, 3)):
+        cx, cy = rng.uniform(x0, x1), rng.uniform(y0, y1)
+        rad = rng.uniform(0.25, 0.45) * (y1 - y0)
+        draw.ellipse((cx - rad, cy - rad, cx + rad, cy + rad), outline=(245, 245, 240), width=4)
+        draw.text((cx - rad * 0.8, cy - rad * 0.15), rng.choice(_STAMP_WORDS), font=font("sans_bold", max(12, int(rad / 3))),
+                  fill=(245, 245, 240))
+    return out
+
+
+def _specimen_words(img: Image.Image, box: tuple[int, int, int, int], rng: random.Random) -> Image.Image:
+    """A large "SPECIMEN"-like word printed over `box` three to four times, thick and opaque enough that the
+    fields under it are lost."""
+    x0, y0, x1, y1 = box
+    word = rng.choice(("SPECIMEN", "MUSTER", "SPÉCIMEN", "SAMPLE", "ESPÉCIMEN"))
+    colour = rng.choice(((210, 30, 30), (30, 30, 30), (20, 60, 170)))
+    layer = Image.new("L", (x1 - x0, y1 - y0), 0)
+    draw = ImageDraw.Draw(layer)
+    rows = rng.randint(3, 4)
+    size = max(18, (y1 - y0) // rows)
+    f = font("sans_bold", size)
+    for i in range(rows):
+        draw.text((rng.randint(-40, 0), i * (y1 - y0) // rows - size // 6), (word + " ") * 4, font=f, fill=255,
+                  stroke_width=max(2, size // 7), stroke_fill=255)
+    layer = layer.rotate(rng.uniform(-4, 4), resample=Image.Resampling.BILINEAR)
+    mask = Image.new("L", img.size, 0)
+    mask.paste(layer, (x0, y0))
+    return Image.composite(Image.new("RGB", img.size, colour), img, mask)
+
+
+def printed_covered(r: Rendered, rng: random.Random) -> Image.Image:
+    """A specimen as issuers and vendors publish it: callout boxes, ink stamps or a "SPECIMEN" word over the
+    printed fields (the zone left clear), sometimes then photographed; the printed name is lost."""
+    img = r.image.convert("RGB").copy()
+    box = _printed_region(r)
+    style = rng.choice(("callouts", "stamps", "specimen"))
+    if style == "callouts":
+        _callouts(img, box, rng)
+    elif style == "stamps":
+        img = _stamps(img, box, rng)
+    else:
+        img = _specimen_words(img, box, rng)
+    return C.photo(img, rng, max_deg=4, min_deg=1) if rng.random() < 0.3 else img
+
+
+def infrared(r: Rendered, rng: random.Random) -> Image.Image:
+    """A document reader's infrared image: grey, the page's inks faded to 1-6 % of their contrast while the
+    zone's carbon print and the portrait stay dark, the flat light of the reader's glass with a falloff at the
+    edges, sensor noise, stored at 900-1400 px."""
+    grey = _array(r.image).mean(axis=2)
+    h, w = grey.shape
+    keep = np.zeros((h, w), np.float32)
+    x0, y0, x1, y1 = _mrz_band(r)
+    pad = round(0.6 * (r.mrz_boxes[0][3] - r.mrz_boxes[0][1])) if r.mrz_boxes else 10
+    keep[max(0, y0 - pad):y1 + pad, max(0, x0 - pad):x1 + pad] = 1.0
+    keep = cv2.GaussianBlur(keep, (0, 0), 3)
+    fade = rng.uniform(0.01, 0.06)
+    paper = rng.uniform(170, 215)
+    a = paper - (255 - grey) * (fade + (rng.uniform(0.75, 0.95) - fade) * keep) * paper / 255
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    falloff = 1 - rng.uniform(0.1, 0.25) * (((xx / w - 0.5) ** 2 + (yy / h - 0.5) ** 2) * 2)
+    g = np.random.default_rng(rng.getrandbits(64))
+    a = a * falloff + g.normal(0, rng.uniform(2, 5), (h, w)).astype(np.float32)
+    img = Image.fromarray(np.clip(a, 0, 255).astype(np.uint8), "L").convert("RGB")
+    return C.small(img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 0.8))), rng, long_edge=rng.randint(900, 1400))
+
+
+def glare_printed(r: Rendered, rng: random.Random) -> Image.Image:
+    """A lamp's glare over the printed fields (the laminate over the names), washing them out to 2-8 % of
+    their contrast; the zone outside the glare; photographed at a slight angle."""
+    a = _array(r.image)
+    h, w = a.shape[:2]
+    x0, y0, x1, y1 = _printed_region(r)
+    inside = np.zeros((h, w), np.float32)
+    inside[y0:y1, x0:x1] = 1.0
+    wash = cv2.GaussianBlur(inside, (0, 0), rng.uniform(8, 16))
+    for _ in range(rng.randint(1, 2)):  # a brighter core, off centre
+        wash = np.maximum(wash, _gauss_spot(h, w, rng.uniform(x0, x1), rng.uniform(y0, y1), 0.2 * w, 0.1 * h,
+                                            rng.uniform(-0.4, 0.4)) * inside)
+    strength = rng.uniform(0.92, 0.98)
+    a = a * (1 - strength * wash[..., None]) + 255 * strength * wash[..., None]
+    return C.photo(_image(a), rng, max_deg=4, min_deg=1)
+
+
+def scan600(r: Rendered, rng: random.Random) -> Image.Image:
+    """A desktop scan stored at 560-640 px long edge, grey half the time, at JPEG quality 60 (the file's): the
+    printed name ~12 px tall."""
+    img = C.small(r.image.convert("RGB"), rng, long_edge=rng.randint(560, 640))
+    img = img.convert("L").convert("RGB") if rng.random() < 0.5 else img
+    return C.jpeg_roundtrip(img, rng, quality=60)
+
+
+def booklet_spread(r: Rendered, rng: random.Random) -> Image.Image:
+    """The open booklet: the data page beside its facing page (a visa page with entry stamps), scanned or
+    photographed as one picture of 1400-2000 px."""
+    page = r.image.convert("RGB")
+    w, h = page.size
+    facing = Image.new("RGB", (w, h), _page_colour(page))
+    draw = ImageDraw.Draw(facing)
+    for _ in range(rng.randint(1, 4)):
+        cx, cy, rad = rng.uniform(0.2, 0.8) * w, rng.uniform(0.2, 0.8) * h, rng.uniform(0.08, 0.14) * w
+        ink = rng.choice(((150, 30, 40), (30, 50, 150), (40, 110, 60)))
+        draw.rounded_rectangle((cx - rad, cy - rad * 0.6, cx + rad, cy + rad * 0.6), radius=12, outline=ink, width=4)
+        draw.text((cx - rad * 0.8, cy - rad * 0.2), rng.choice(_STAMP_WORDS), font=font("sans_bold", int(rad / 4)),
+                  fill=ink)
+    gutter = rng.randint(6, 20)
+    spread = Image.new("RGB", (2 * w + gutter, h), (120, 110, 100))
+    left_first = rng.random() < 0.5
+    spread.paste(facing if left_first else page, (0, 0))
+    spread.paste(page if left_first else facing, (w + gutter, 0))
+    if rng.random() < 0.5:
+        spread = C.photo(spread, rng, max_deg=3, min_deg=0.5)
+    return C.small(spread, rng, long_edge=rng.randint(1400, 2000))
+
+
 # Conditions a hard set holds only when `--conditions` names them: every other one is in the default set, whose
 # contents per seed do not change when an opt-in condition is added.
-OPT_IN = frozenset({"thumbnail", "zone_rot90", "crosshair"})
+OPT_IN = frozenset({"thumbnail", "zone_rot90", "crosshair", "printed_covered", "infrared", "glare_printed", "scan600",
+                    "booklet_spread"})
+# Conditions whose picture shows the holder's name only as the zone writes it (`zone_name`): the truth is that.
+ZONE_NAME_ONLY = frozenset({"mrz_strip", "printed_covered", "infrared", "glare_printed"})
 
 # name -> (condition, container, quality, scope)
 HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, Scope]] = {
@@ -353,4 +517,9 @@ HARD_CONDITIONS: dict[str, tuple[HardCondition, str, int, Scope]] = {
     "thumbnail": (thumbnail, "jpeg", 85, "one"),
     "zone_rot90": (zone_rot90, "jpeg", 88, "mrz"),
     "crosshair": (crosshair, "jpeg", 88, "mrz"),
+    "printed_covered": (printed_covered, "jpeg", 88, "mrz"),
+    "infrared": (infrared, "jpeg", 85, "mrz"),
+    "glare_printed": (glare_printed, "jpeg", 85, "mrz"),
+    "scan600": (scan600, "jpeg", 60, "one"),
+    "booklet_spread": (booklet_spread, "jpeg", 85, "mrz"),
 }

@@ -240,6 +240,9 @@ KINDS = ("cn_front", "cn_back", "cn_both", "passport", "td1", "td2", "visa")
 # Opt-in kinds (`--kinds`): card fronts whose zone is on the back (`synth.render_national`); a default set,
 # which draws from `KINDS` only, is the same per seed as before they existed.
 OPT_IN_KINDS = tuple(RN.NATIONAL_FRONTS)
+# Tuning kinds (`--kinds`): a rare evidence class made in quantity for the calibration table (a 长期 card back
+# is a quarter of `cn_back`'s); the same documents as that kind otherwise.
+TUNING_KINDS = ("cn_back_long_term",)
 # condition -> (image transform applied upright, rotation/EXIF step, container, JPEG/WebP quality)
 EVAL_CONDITIONS: dict[str, tuple[str, str | None, str, int]] = {
     "clean_png": ("clean", None, "png", 0),
@@ -270,6 +273,9 @@ def _render_kind(kind: str, rng: random.Random) -> tuple[R.Rendered, object]:
     variant = rng.randrange(4)
     if kind in RN.NATIONAL_FRONTS:
         return RN.render_national(kind, rng, variant)
+    if kind == "cn_back_long_term":
+        p = random_cn_person(rng, long_term=True)
+        return R.cn_back(p, rng.choice(("-", "-", "—", "至")), variant), p
     if kind in ("cn_front", "cn_back", "cn_both"):
         p = random_cn_person(rng, long_term=rng.random() < 0.25 if kind != "cn_front" else None)
         sep = rng.choice(("-", "-", "—", "至"))
@@ -368,7 +374,7 @@ def build_eval(out_dir: str | Path, count: int = 300, seed: int = 7, jobs: int =
                kinds: list[str] | None = None) -> list[dict]:
     """Write ``count`` documents across all kinds x conditions (only ``kinds`` when given: tuning material for
     a rare evidence class, e.g. the 长期 card backs), a few bad/skip files and ``manifest.json``."""
-    unknown = set(kinds or ()) - set(KINDS) - set(OPT_IN_KINDS)
+    unknown = set(kinds or ()) - set(KINDS) - set(OPT_IN_KINDS) - set(TUNING_KINDS)
     if unknown:
         raise ValueError(f"unknown kinds: {sorted(unknown)}")
     combos = [(k, c) for k in kinds for c in EVAL_CONDITIONS] if kinds else None
@@ -401,9 +407,11 @@ def _hard_worker(args: tuple[int, str, str, int, str]) -> list[dict]:
     img = transform(r, rng)
     rel = f"h{i:04d}_{kind}_{cond}{C.FORMATS[fmt]}"
     _write(Path(out), rel, C.encode(img, fmt, quality=quality))
-    truth = _truth(rel, r, 0, condition=cond)  # every hard condition keeps the page's aspect
-    if cond == "mrz_strip":  # the zone alone: its name as the zone writes it, and the strip's own aspect
-        truth.update(name=H.zone_name(r.mrz), orientation=_orientation(img))
+    truth = _truth(rel, r, 0, condition=cond)  # every hard condition but the two below keeps the page's aspect
+    if cond in H.ZONE_NAME_ONLY:  # the printed name is not on the picture: the name as the zone writes it
+        truth.update(name=H.zone_name(r.mrz))
+    if cond in ("mrz_strip", "booklet_spread"):  # the strip's or the spread's own aspect
+        truth.update(orientation=_orientation(img))
     return [truth]
 
 

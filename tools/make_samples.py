@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from synth.hard import HARD_CONDITIONS  # noqa: E402
-from synth.sample_set import KINDS, OPT_IN_KINDS, SAMPLE_SEED, build_eval, build_hard, build_sample  # noqa: E402
+from synth.sample_set import KINDS, OPT_IN_KINDS, SAMPLE_SEED, TUNING_KINDS, build_eval, build_hard, build_sample  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conditions", default=None, help="hard set only: comma-separated condition names")
     ap.add_argument("--kinds", default=None,
                     help="eval set only: comma-separated document kinds (default: all but the opt-in card fronts "
-                         f"{', '.join(OPT_IN_KINDS)}; same set per seed)")
+                         f"{', '.join(OPT_IN_KINDS)} and the tuning kind {', '.join(TUNING_KINDS)}; same set per seed)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes for the eval set")
     args = ap.parse_args(argv)
 
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                                conditions=names)
         else:
             kinds = args.kinds.split(",") if args.kinds else None
-            if kinds and set(kinds) - set(KINDS) - set(OPT_IN_KINDS):
-                ap.error(f"--kinds: choose from {', '.join(KINDS + OPT_IN_KINDS)}")
+            if kinds and set(kinds) - set(KINDS) - set(OPT_IN_KINDS) - set(TUNING_KINDS):
+                ap.error(f"--kinds: choose from {', '.join(KINDS + OPT_IN_KINDS + TUNING_KINDS)}")
             truth = build_eval(args.out_dir, args.count, 7 if args.seed is None else args.seed, jobs=args.jobs,
                                kinds=kinds)
         what = "manifest.json"

@@ -374,3 +374,37 @@ def test_zone_name_reads_the_name_field_of_each_zone_format():
     td3 = ("P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10")
     td1 = ("I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6", "ERIKSSON<<ANNA<MARIA<<<<<<<<<<")
     assert zone_name(td3) == zone_name(td1) == "ERIKSSON ANNA MARIA"
+
+
+def test_printed_zone_conditions_hide_the_printed_name_and_keep_the_zone(tmp_path):
+    """The conditions made for the calibration's zone-only classes: deterministic, the name in the truth is the
+    zone's (what the picture still shows), and the zone's band is left as rendered where the printed fields are
+    covered."""
+    import numpy as np
+
+    from synth import hard as H
+
+    person = random_mrz_person(random.Random(5), "passport")
+    r = R.passport_td3(person)
+    for name in ("printed_covered", "infrared", "glare_printed", "scan600", "booklet_spread"):
+        fn = H.HARD_CONDITIONS[name][0]
+        a, b = fn(r, random.Random(9)), fn(r, random.Random(9))
+        assert a.tobytes() == b.tobytes(), name
+    covered = H.printed_covered(r, random.Random(1))
+    if covered.size == r.image.size:  # not photographed: the pixels compare place by place
+        x0, y0, x1, y1 = H._mrz_band(r)
+        px0, py0, px1, py1 = H._printed_region(r)
+        before, after = np.asarray(r.image.convert("RGB")), np.asarray(covered)
+        assert (before[y0:y1, x0:x1] == after[y0:y1, x0:x1]).all()
+        assert (before[py0:py1, px0:px1] != after[py0:py1, px0:px1]).any(axis=2).mean() > 0.3
+    rows = S.build_hard(tmp_path / "z", count=8, seed=4, conditions=["printed_covered", "infrared"])
+    for i, row in enumerate(rows, start=1):  # the same document as the set's worker renders
+        kind = row["path"].split("_")[1]
+        rendered, _ = S._render_kind(kind, S._rng(4, "hard", i))
+        assert row["condition"] in H.ZONE_NAME_ONLY and row["name"] == H.zone_name(rendered.mrz), row["path"]
+    assert "printed_covered" in H.OPT_IN and "cn_back_long_term" in S.TUNING_KINDS
+
+
+def test_the_long_term_tuning_kind_is_a_long_term_card_back():
+    r, person = S._render_kind("cn_back_long_term", random.Random(3))
+    assert r.kind == "cn_back" and r.expiry_date == "long-term"
