@@ -147,6 +147,11 @@ class Settings(BaseSettings):
     hybrid_vlm: VlmBackend = Field(OPENAI.name, description="the VLM the hybrid backend escalates to")
     # the documented auto-accept threshold: what the OCR alone would not auto-accept is what the model is asked about
     hybrid_threshold: float = Field(0.95, ge=0, le=1, description="OCR field confidence below which hybrid escalates")
+    # read by the commands that start the local server (`flows/local_server.py`, which reads the environment only
+    # when no command passes it). The UI costs the server no memory and no start-up time beyond the noise
+    # (`bench/bench_server_ui.py`, docs/operations.md), so it is on; off is for a host that must serve no web pages
+    prefect_ui: bool = Field(True, description="the local Prefect server (no PREFECT_API_URL) serves Prefect's UI "
+                                               "as well as its API; false: API only")
     prepare: PrepareSettings = Field(default_factory=PrepareSettings)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
     vllm: VllmSettings = Field(default_factory=VllmSettings)
