@@ -343,6 +343,11 @@ class Settings(BaseSettings):
     hybrid_vlm: VlmBackend = Field("openai", description="the VLM the hybrid backend escalates to")
     hybrid_threshold: float = Field(AUTO_ACCEPT_THRESHOLD, ge=0, le=1,
                                     description="OCR field confidence below which hybrid escalates")
+    # Read by the commands that start the local server (`flows/local_server.py`). The UI costs the server no memory
+    # and no start-up time beyond the noise (`bench/bench_server_ui.py`, docs/operations.md), so it is on; off is
+    # for a host that must serve no web pages.
+    prefect_ui: bool = Field(True, description="the local Prefect server (no PREFECT_API_URL) serves Prefect's UI "
+                                               "as well as its API; false: API only")
     prepare: PrepareSettings = Field(default_factory=PrepareSettings)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
     vllm: VllmSettings = Field(default_factory=VllmSettings)

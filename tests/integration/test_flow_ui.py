@@ -106,18 +106,17 @@ LINK = re.compile(r"View at (http://127\.0\.0\.1:\d+/runs/flow-run/([0-9a-f-]{36
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str, Path]]:
     """The quick start as a new user runs it: no Prefect API configured, so idflow starts its local server, which
-    stays up after the run (its idle time) for the link the run printed. Yields (console, link, flow run id,
-    Prefect home)."""
+    stays up after the run (its idle time) for the link the run printed. Yields (the command's own output, link,
+    flow run id, Prefect home)."""
     tmp = tmp_path_factory.mktemp("local-ui")
     env = run_env(tmp, IDFLOW_PREFECT_SERVER_IDLE_S="900", IDFLOW_BATCH_SIZE=str(BATCH))
     try:
         done = subprocess.run([sys.executable, "-m", "idflow", "run", str(REPO / "data" / "sample"), "--out",
                                str(tmp / "out")], env=env, cwd=tmp, capture_output=True, text=True, timeout=1200)
-        console = done.stdout + done.stderr
-        assert done.returncode == 0, console[-4000:]
-        found = LINK.search(console)
-        assert found, console[-4000:]
-        yield console, found.group(1), found.group(2), tmp / "prefect-home"
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        found = LINK.search(done.stdout + done.stderr)  # Prefect's log line (stderr)
+        assert found, (done.stdout + done.stderr)[-4000:]
+        yield done.stdout, found.group(1), found.group(2), tmp / "prefect-home"
     finally:
         subprocess.run([sys.executable, "-m", "idflow", "stop-server", "--force"], env=env, cwd=tmp,
                        capture_output=True, timeout=120)

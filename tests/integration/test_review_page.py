@@ -108,6 +108,8 @@ def test_review_page_shows_every_failure_and_flagged_record_with_its_picture(
                       img: img ? [img.complete, img.naturalWidth, img.naturalHeight] : null,
                       nopic: (s.querySelector('.nopic') || {}).innerText || '',
                       fields: s.querySelectorAll('table.fields tr').length,
+                      issuer: (s.querySelector('td.issuer') || {}).innerText || null,
+                      expired: (s.querySelector('td.expired') || {}).innerText || null,
                       nothing: !!s.querySelector('.nothing')};
             })""")
         browser.screenshot(shots / "review-page.png")
@@ -115,13 +117,18 @@ def test_review_page_shows_every_failure_and_flagged_record_with_its_picture(
     shown = {re.sub(r"^\d+\. ", "", i["path"]).split(" · ")[0]: i for i in items}
     assert {p: i["kind"] for p, i in shown.items()} == expected
     for path, item in shown.items():
-        assert item["fields"] == 5 or (item["kind"] == "failure" and item["nothing"]), path  # header + 4 fields
+        # header, document type and 3 fields; a record also its issuer and whether it had expired
+        assert item["fields"] == (5 if item["kind"] == "failure" else 7) or (item["kind"] == "failure"
+                                                                           and item["nothing"]), path
+        assert (item["issuer"] is None) == (item["expired"] is None) == (item["kind"] == "failure"), path
         if item["kind"] == "low_confidence" or path.startswith("blurred_"):
             complete, width, height = item["img"]
             assert complete and 0 < max(width, height) <= THUMBNAIL_LONG_EDGE, path
         elif item["img"] is None:
             assert "no picture" in item["nopic"], path
     assert shown["broken.jpg"]["img"] is None and "cannot be prepared" in shown["broken.jpg"]["nopic"]
+    assert shown["blurred_cn_front.jpg"]["issuer"] == "CHN"  # a 居民身份证: the PRC's, the page need not say it
+    assert shown["blurred_cn_front.jpg"]["expired"].startswith("unknown")  # a front prints no end date
     # Sorted by need: failures that will never be retried, then records from the least confident up.
     kinds = [i["kind"] for i in items]
     assert kinds == sorted(kinds, key=lambda k: k != "failure")

@@ -144,3 +144,18 @@ async def _shard_runs(client: Any) -> list:
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 
     return await client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["shard"])))
+
+
+def test_the_parent_counts_its_shards_decisions() -> None:
+    """The sharded run's summary adds its shards' decision counts to its own (its failures); a shard whose
+    summary has none (an older idflow) adds nothing."""
+    from flows.sharded import merge_decisions
+
+    own = {"threshold": 0.95, "auto_accepted": 0, "to_review": 0, "failed": 1, "expired": 0, "expiry_unknown": 0,
+           "by_issuer": {}}
+    shards = [{"auto_accepted": 2, "to_review": 1, "failed": 0, "expired": 1, "expiry_unknown": 1,
+               "by_issuer": {"CHN": 2, "UTO": 1}}, None,
+              {"auto_accepted": 1, "to_review": 0, "failed": 2, "expired": 0, "expiry_unknown": 0,
+               "by_issuer": {"CHN": 1}}]
+    assert merge_decisions(own, shards) == {"threshold": 0.95, "auto_accepted": 3, "to_review": 1, "failed": 3,
+                                            "expired": 1, "expiry_unknown": 1, "by_issuer": {"CHN": 3, "UTO": 1}}
