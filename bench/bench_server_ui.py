@@ -3,7 +3,7 @@
 
     python bench/bench_server_ui.py [--pairs N]
 
-Each pair starts the local server with the UI (`IDFLOW_PREFECT_UI=true`) and without it, in that order or the
+Each pair starts the local server with the UI (as `IDFLOW_PREFECT_UI=true` does) and without it, in that order or the
 other (alternating, so a load change hits both alike), each time in a Prefect home of its own or in the pair's
 shared one, and prints per start: the seconds from `BackgroundServer` entering to `/api/health` answering, and
 the server's resident memory (VmRSS) once it answered and again after the UI's page of a flow run and every
@@ -61,10 +61,10 @@ def _browse(base: str, ui: bool) -> int:
 
 def start(home: Path, ui: bool) -> tuple[float, float, float]:
     """(seconds to healthy, MiB once healthy, MiB after browsing) of one server started in `home`."""
-    os.environ.update(PREFECT_HOME=str(home), IDFLOW_PREFECT_SERVER_IDLE_S="0", IDFLOW_PREFECT_UI=str(ui).lower())
+    os.environ.update(PREFECT_HOME=str(home))
     os.environ.pop("PREFECT_API_URL", None)
     began = time.monotonic()
-    with BackgroundServer() as server:
+    with BackgroundServer(ui=ui, idle_s=0) as server:
         server.wait()
         ready = time.monotonic() - began
         healthy = _rss_mib(server.pid)

@@ -6,7 +6,7 @@ which a busy machine exceeds, it is stopped by an `atexit` hook (a run killed wi
 running), and every run paid its start-up: importing Prefect's server app alone takes 6-8 s on two cores, which
 made the fixed cost of `idflow run` 11-13 s. This one
 - is started before Prefect is imported in the run's process, so a first start overlaps the run's imports;
-- stays up for `IDFLOW_PREFECT_SERVER_IDLE_S` (600 s; the wish of the run that joined last) after the last run
+- stays up for `IDFLOW_PREFECT_SERVER_IDLE_S` (a setting: 600 s; the wish of the run that joined last) after the last run
   that used it ended, however that run ended (each run holds a shared `flock` on the lease file while it uses the
   server; the kernel drops it when the run dies, SIGKILL included), so the next run starts in the time of its own
   imports; 0 stops it as soon as the last run ends; `idflow stop-server` stops it now, and refuses while runs
@@ -55,9 +55,6 @@ from pipeline.store.atomic import write_json_atomic
 
 STARTUP_TIMEOUT_S = 300  # generous: a cold start on a saturated 2-core machine takes over a minute
 TIMEOUT_VAR = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
-IDLE_VAR = "IDFLOW_PREFECT_SERVER_IDLE_S"
-DEFAULT_IDLE_S = 600.0
-UI_VAR = "IDFLOW_PREFECT_UI"  # `pipeline.settings.Settings.prefect_ui`, read here without importing pydantic
 WATCH_EVERY_S = 0.5
 APP = "flows.local_server:create_app"
 # What the server's environment keeps of the run's (it outlives the run, so nothing else: no keys, DSNs, tokens)
@@ -96,7 +93,7 @@ def _read_toml(default: Path, variable: str) -> dict[str, Any]:
         return {}
 
 
-def server_dir(ui: bool | None = None) -> Path:
+def server_dir(ui: bool = True) -> Path:
     """Where the shared server of this Prefect home, the server's `PREFECT_*` settings (the UI on or off among
     them) and this Python environment (`sys.prefix`: another venv may hold another Prefect) keeps its state,
     lease and log."""
@@ -105,24 +102,12 @@ def server_dir(ui: bool | None = None) -> Path:
     return _prefect_home() / "idflow-server" / key
 
 
-def ui_wanted() -> bool:
-    """`IDFLOW_PREFECT_UI` (default on): whether the local server serves Prefect's UI; a value that is not a
-    yes or a no must not pass silently."""
-    raw = os.environ.get(UI_VAR, "").strip().lower()
-    if raw in ("", "1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ServerStartError(f"{UI_VAR}={raw!r} is neither true nor false")
-
-
-def server_env(ui: bool | None = None) -> dict[str, str]:
+def server_env(ui: bool = True) -> dict[str, str]:
     """The server's environment: an allow-list of this one (the server outlives the run, so it gets no key,
     token or connection string it does not need; its own database URL is a `PREFECT_` setting it does need),
-    with the UI on or off (`ui`, default `ui_wanted()`) and analytics off."""
+    with the UI on or off (`ui`: the command's `IDFLOW_PREFECT_UI`) and analytics off."""
     env = {k: v for k, v in os.environ.items()
            if (k in _SERVER_VARIABLES or k.startswith(_SERVER_PREFIXES)) and not k.startswith(_NOT_FOR_THE_SERVER)}
-    ui = ui_wanted() if ui is None else ui
     return {**env, "PREFECT_UI_ENABLED": str(ui).lower(), "PREFECT__SERVER_EPHEMERAL": "1",
             "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
 
@@ -131,18 +116,6 @@ def ui_static_dir() -> Path:
     """Where the UI's files are copied (Prefect adapts them to the address they are served at): the Prefect home,
     shared by its servers (Prefect locks the copy), unless `PREFECT_UI_STATIC_DIRECTORY` says otherwise."""
     return _prefect_home() / "idflow-server" / "ui"
-
-
-def idle_seconds() -> float:
-    """`IDFLOW_PREFECT_SERVER_IDLE_S`, checked: a server that stays forever or a typo must not pass silently."""
-    raw = os.environ.get(IDLE_VAR, "").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_IDLE_S
-    except ValueError:
-        raise ServerStartError(f"{IDLE_VAR}={raw!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise ServerStartError(f"{IDLE_VAR}={raw!r} must be 0 or more seconds")
-    return value
 
 
 class _State:
@@ -261,19 +234,19 @@ def without_userinfo(url: str) -> str:
 
 
 class BackgroundServer:
-    """`with BackgroundServer() as server:` joins (or starts) the shared server unless an API is configured;
-    `server.wait()` (after importing the flows) blocks until it is healthy and points this process and its
-    children at it; leaving the block flushes Prefect's log and event queues and lets go of the server."""
+    """`with BackgroundServer(ui=..., idle_s=...) as server:` joins (or starts) the shared server unless an API is
+    configured; `server.wait()` (after importing the flows) blocks until it is healthy and points this process and
+    its children at it; leaving the block flushes Prefect's log and event queues and lets go of the server. `ui`
+    and `idle_s` are the command's settings (`IDFLOW_PREFECT_UI`, `IDFLOW_PREFECT_SERVER_IDLE_S`), read by the
+    command, not here: this module imports no settings, to stay cheap to import."""
 
-    def __init__(self, ui: bool | None = None) -> None:
+    def __init__(self, *, ui: bool, idle_s: float) -> None:
         self.proc: subprocess.Popen[bytes] | None = None  # the server, when this run started it
         self.pid = 0
         self.port = 0
         self._error: ServerStartError | None = None  # found on the way in, told by `wait`
-        try:
-            self.ui = ui_wanted() if ui is None else ui  # the server serves Prefect's UI too
-        except ServerStartError as exc:
-            self.ui, self._error = False, exc
+        self.ui = ui  # the server serves Prefect's UI too
+        self._idle_wish = idle_s  # how long the server stays up after the last run, as this command wishes
         self._folder = server_dir(self.ui)
         self._lease: IO[str] | None = None
         self._settings = ExitStack()
@@ -290,7 +263,7 @@ class BackgroundServer:
     @property
     def idle_s(self) -> float:
         """How long the server stays up after the last run lets go of it (the last joining run's wish)."""
-        return _idle_wish(self._folder, DEFAULT_IDLE_S)
+        return _idle_wish(self._folder, self._idle_wish)
 
     @property
     def _log(self) -> Path:
@@ -315,7 +288,7 @@ class BackgroundServer:
     def _join(self) -> None:
         """Hold the lease, then use the running server or start one. The lease comes first: a server that is
         stopping holds it exclusively and removes its state before letting go, so what is read after it is true."""
-        idle = idle_seconds()
+        idle = self._idle_wish
         self._folder.mkdir(parents=True, exist_ok=True)
         with _file_lock(self._folder / "start.lock"):
             self._lease = _open_lease(self._folder)

@@ -122,7 +122,7 @@ def run(
         raise config_error("--dask needs the dask extra: pip install 'idflow[dask]'")
     check_parts(out)  # a damaged OUT: one line here, not a failed flow's traceback
     refuse_unless_free(out, wait=wait, debug=debug)  # the line OUT's lock would give, without starting Prefect
-    with prefect_api(ui=settings.prefect_ui) as ready:
+    with prefect_api(settings) as ready:
         from flows.extract import extract_folder
 
         gc.freeze()  # the imports' objects live as long as the process: keep the run's collections off them

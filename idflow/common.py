@@ -216,16 +216,23 @@ class PrefectApi:
 
 
 @contextmanager
-def prefect_api(ui: bool | None = None) -> Iterator[Callable[[], PrefectApi]]:
+def prefect_api(settings: Settings | None = None, *, ui: bool | None = None) -> Iterator[Callable[[], PrefectApi]]:
     """A Prefect API for a command that runs a flow: the configured one, or the local server runs share
-    (`flows/local_server.py`, started when none runs; `ui`: with Prefect's UI or not, default the setting).
+    (`flows/local_server.py`, started when none runs, as `settings` say: the command's, else read here; `ui`: with
+    Prefect's UI or not whatever they say).
     Yields `ready()`: import the flows first, then call it, so a server's start-up overlaps the imports; it
     returns the API in use. A server that does not start, or that stops answering during the command (once
     Prefect's client has given up), is one line and exit 3."""
     from flows.local_server import BackgroundServer, ServerStartError, forget_prefect_queues, without_userinfo
 
     api_url: list[str] = []  # the API the command uses, once `ready()` has found it
-    with BackgroundServer(ui) as server:
+    if settings is None:
+        try:
+            settings = Settings()
+        except ValidationError as exc:  # str(exc) would echo the values, the key among them
+            raise config_error(settings_problems(exc)) from None
+    with BackgroundServer(ui=settings.prefect_ui if ui is None else ui,
+                          idle_s=settings.prefect_server_idle_s) as server:
         def ready() -> PrefectApi:
             try:
                 url = server.wait()

@@ -40,7 +40,7 @@ def retry(
     check_parts(out)  # a damaged OUT: one line here (main prints it), not a failed flow's traceback
     refuse_unless_free(out, wait=wait, debug=debug)  # the line OUT's lock gives, without starting Prefect
     settings = load_settings(backend=backend)
-    with prefect_api(ui=settings.prefect_ui) as ready:
+    with prefect_api(settings) as ready:
         from flows.retry import retry_failures
 
         ready()

@@ -348,6 +348,10 @@ class Settings(BaseSettings):
     # for a host that must serve no web pages.
     prefect_ui: bool = Field(True, description="the local Prefect server (no PREFECT_API_URL) serves Prefect's UI "
                                                "as well as its API; false: API only")
+    # The next run within it starts in the time of its own imports; 0 stops the server when the last run ends.
+    prefect_server_idle_s: float = Field(600.0, ge=0, allow_inf_nan=False,
+                                         description="seconds the local Prefect server stays up after the last run "
+                                                     "that used it (the last joining run's wish)")
     prepare: PrepareSettings = Field(default_factory=PrepareSettings)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
     vllm: VllmSettings = Field(default_factory=VllmSettings)

@@ -232,9 +232,10 @@ def test_a_bad_idle_time_is_one_clear_line(tmp_path: Path) -> None:
     env = run_env(tmp_path, IDFLOW_PREFECT_SERVER_IDLE_S="ten minutes")
     proc = idflow("run", str(tmp_path / "in"), "--out", str(tmp_path / "out"), env=env, cwd=tmp_path,
                   log=tmp_path / "run.log")
-    assert proc.wait(timeout=600) == 3
+    assert proc.wait(timeout=600) == 2  # a setting, refused with the others before any server is touched
     lines = [line for line in (tmp_path / "run.log").read_text(errors="replace").splitlines() if line.strip()]
-    assert lines == ["error: IDFLOW_PREFECT_SERVER_IDLE_S='ten minutes' is not a number of seconds"], lines
+    assert lines == ["configuration error: prefect_server_idle_s: Input should be a valid number, unable to parse "
+                     "string as a number (at least 0)"], lines
     assert prefect_servers(tmp_path / "prefect-home") == []
 
 
@@ -293,8 +294,10 @@ def test_a_prefect_home_that_cannot_hold_the_server_files_is_one_clear_line(tmp_
 HOLDS_THE_SERVER = """
 import sys
 from flows.local_server import BackgroundServer
+from pipeline.settings import Settings
 
-with BackgroundServer() as server:
+settings = Settings()  # as a command reads them: IDFLOW_PREFECT_UI, IDFLOW_PREFECT_SERVER_IDLE_S
+with BackgroundServer(ui=settings.prefect_ui, idle_s=settings.prefect_server_idle_s) as server:
     server.wait()
     print(server.pid, flush=True)
     sys.stdin.read()  # holds the server until its stdin closes
