@@ -320,7 +320,7 @@ def eval_(
     settings = load_settings(backend=backend, concurrency=concurrency)
     with progress_bar("evaluating") as sink, progress.listening(sink):
         report = asyncio.run(evaluate(items, settings))
-    data = report.as_dict()
+    data = report.as_dict(settings.review.threshold)
     console.print(f"[bold]{data['documents']} documents, {data['fields_correct']}/{data['fields_total']} fields "
                   f"right = {data['accuracy']:.1%}; invented where absent: {data['invented_where_absent']}")
     for title, rows in (("per field", data["per_field"].items()),

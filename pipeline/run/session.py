@@ -30,7 +30,6 @@ from pipeline.datamodel import Failure, Record, Skipped
 from pipeline.extract import registry
 from pipeline.review.conflicts import NO_CONFLICTS, own_conflicts
 from pipeline.review.corrections import not_to_read_again
-from pipeline.review.queue import ReviewSettings
 from pipeline.run.tally import RunTally
 from pipeline.settings import Settings
 from pipeline.store.crash_journal import CrashJournal
@@ -130,7 +129,7 @@ class RunSession:
                     await stack.enter_async_context(hold_output(out_dir, run_id=run_id, wait=wait,
                                                                 on_wait=on_wait))
                 writer = RunWriter(out_dir, run_id, fingerprint, settings.flush_every)
-                tally = RunTally(threshold=ReviewSettings().threshold, run_date=writer.run_date)
+                tally = RunTally(threshold=settings.review.threshold, run_date=writer.run_date)
                 session = cls(out_dir, run_id, settings, writer, tally, done=_done_set(out_dir, done, fingerprint))
                 if journal:
                     session.journal = stack.enter_context(CrashJournal.open(out_dir, run_id))
