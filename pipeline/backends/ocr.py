@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from collections.abc import Sequence
 from datetime import date
@@ -50,28 +49,11 @@ MODEL_NAME = ocr_model_id()
 # below it, 180-degree errors were seen.
 SURE_DIRECTION = 0.88
 
-_local = threading.local()
-
-
-def _recogniser():  # noqa: ANN202
-    """Recognition only (no detection, no classifier), for line strips cut out by `mrz_reread`."""
-    engine = getattr(_local, "recogniser", None)
-    if engine is None:
-        from rapidocr import RapidOCR
-
-        engine = RapidOCR(params={"Global.log_level": "error", "Global.use_det": False, "Global.use_cls": False})
-        _local.recogniser = engine
-    return engine
-
-
 def recognise_line(bgr: np.ndarray) -> mrz_reread.Recognised:
-    """Text, score and per-character probabilities of one line image (BGR)."""
-    result = _recogniser()(bgr, return_word_box=True)
-    if not result.txts:
-        return mrz_reread.Recognised("", 0.0)
-    text = result.txts[0]
-    words = result.word_results[0] if result.word_results else None
-    return mrz_reread.Recognised(text, float(result.scores[0]), rapidocr_stages.char_scores(text, words))
+    """Text, score and per-character probabilities of one line image (BGR), by the page reader's own
+    recogniser (one set of models in the process)."""
+    text, score, words = rapidocr_stages.recognise_strip(bgr)
+    return mrz_reread.Recognised(text, score, rapidocr_stages.char_scores(text, words) if text else ())
 
 
 def ocr_lines(pixels: np.ndarray) -> list[OcrLine]:
