@@ -5,8 +5,10 @@ The backend wants (1) a detector scale chosen per page: small pages enlarged as 
 736 px), big ones capped (a 2400 px flatbed page costs ~4x the detection of a 1280 px one and its lines are
 still 20+ px high there), and (2) to recognise the boxes in an order of its choosing and stop once the page is
 decided (`page_read`). The stages are RapidOCR's own: its detector (through the same loader RapidOCR uses),
-its crop, its recogniser (in its own batches of `REC_BATCH` crops) and its score filter. One engine per thread:
-ONNX sessions are cheap to share, RapidOCR's Python state (the detector's scale rule) is not.
+its crop, its recogniser (in its own batches of `REC_BATCH` crops) and its score filter. One engine for the
+process, shared by every thread: ONNX Runtime sessions are safe to run from several threads, and the detector's
+scale rule, the only per-page state, is passed to RapidOCR's own pre-processing per call instead of being set on
+the shared detector. An engine per thread cost a copy of both models and their buffers per worker thread.
 """
 
 from __future__ import annotations
@@ -28,21 +30,22 @@ DETECT_MAX_LONG_SIDE = 1280  # big pages are shrunk to this long edge, but never
 # (141/147 vs 142/147: ICAO_Example2's name), so it is not taken.
 REC_BATCH = 6
 
-_local = threading.local()
+_lock = threading.Lock()
+_shared: list = []
 
 
 def _engine():  # noqa: ANN202 - RapidOCR has no public type to annotate with
-    engine = getattr(_local, "engine", None)
-    if engine is None:
-        from rapidocr import RapidOCR
+    if not _shared:
+        with _lock:
+            if not _shared:
+                from rapidocr import RapidOCR
 
-        # No per-line direction classifier: the prepare stage has already made the page upright and
-        # `read_page` may retry the whole page at 180°, whereas the classifier, asked line by line, turns
-        # single MRZ lines (fillers and digits look alike both ways up) upside down and garbles them.
-        engine = RapidOCR(params={"Global.log_level": "error", "Global.use_cls": False,
-                                  "Rec.rec_batch_num": REC_BATCH})
-        _local.engine = engine
-    return engine
+                # No per-line direction classifier: the prepare stage has already made the page upright and
+                # `read_page` may retry the whole page at 180°, whereas the classifier, asked line by line,
+                # turns single MRZ lines (fillers and digits look alike both ways up) upside down and garbles them.
+                _shared.append(RapidOCR(params={"Global.log_level": "error", "Global.use_cls": False,
+                                                "Rec.rec_batch_num": REC_BATCH}))
+    return _shared[0]
 
 
 def detector_limit(height: int, width: int) -> tuple[str, int]:
@@ -69,14 +72,20 @@ class DetectedPage:
 
 def detect(bgr: np.ndarray) -> DetectedPage:
     """Text boxes of a BGR page, cropped and grouped as RapidOCR's recogniser would batch them."""
+    from rapidocr.ch_ppocr_det.utils import DetPreProcess
     from rapidocr.utils.process_img import get_rotate_crop_image
 
     engine = _engine()
     detector = engine._load_det_model()
-    # TextDetector builds its resize from these two attributes on every call; set per page (thread-local).
-    detector.limit_type, detector.limit_side_len = detector_limit(*bgr.shape[:2])
-    found = detector(bgr)
-    boxes = np.zeros((0, 4, 2), np.float32) if found.boxes is None else found.boxes
+    # TextDetector.__call__'s steps, with this page's scale rule instead of the detector's shared attributes
+    limit_type, limit_side_len = detector_limit(*bgr.shape[:2])
+    tensor = DetPreProcess(limit_side_len, limit_type, detector.mean, detector.std)(bgr)
+    boxes = np.zeros((0, 4, 2), np.float32)
+    if tensor is not None:
+        found, _ = detector.postprocess_op(detector.session(tensor), bgr.shape[:2])
+        del tensor
+        if len(found):
+            boxes = detector.sorted_boxes(found)
     crops = [get_rotate_crop_image(bgr, np.array(box, np.float32)) for box in boxes]
     order = np.argsort(np.array([c.shape[1] / float(c.shape[0]) for c in crops]))  # as TextRecognizer sorts
     size = engine._load_rec_model().rec_batch_num
@@ -99,6 +108,21 @@ def recognise(page: DetectedPage, batch: Sequence[int]) -> list[OcrLine | None]:
                     char_scores=char_scores(text, words))
             if text.strip() and score >= min_score else None
             for text, score, words, i in zip(result.txts, result.scores, result.word_results, batch, strict=True)]
+
+
+def recognise_strip(bgr: np.ndarray) -> tuple[str, float, object]:
+    """Text, score and word result (per-character probabilities) of one line image (BGR), by the shared
+    engine's recogniser, exactly as RapidOCR recognises an image without detection: first brought within its
+    30-2000 px side bounds, no score filter."""
+    from rapidocr.ch_ppocr_rec import TextRecInput
+    from rapidocr.utils.process_img import resize_image_within_bounds
+
+    engine = _engine()
+    image, _, _ = resize_image_within_bounds(bgr, engine.cfg.Global.min_side_len, engine.cfg.Global.max_side_len)
+    result = engine._load_rec_model()(TextRecInput(img=[image], return_word_box=True))
+    if not result.txts:
+        return "", 0.0, None
+    return result.txts[0], float(result.scores[0]), result.word_results[0] if result.word_results else None
 
 
 def char_scores(text: str, words: object) -> tuple[float, ...]:
