@@ -197,6 +197,10 @@ class Extraction:
     evidence: dict[str, str] = field(default_factory=dict)
     # The calibration table that scored the confidences (`pipeline.calibration`: key and hash); None: unknown.
     calibration: str | None = None
+    # Present field -> the embedded path's evidence for the same value, (its class, its raw score): a VLM
+    # answer's field proven by its own check digits, or read alike by the embedded OCR. The embedded table's
+    # confidence for it is the field's floor (`pipeline.calibration.floored`).
+    embedded: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
