@@ -1,7 +1,7 @@
 """The VLM path's auto-accept target (issue 29): calibrate on a tuning set, measure on a fresh one.
 
 Usage: taskset -c 1 python bench/bench_vlm_trust.py [--tune-count 300] [--eval-count 200]
-       [--tune-seed 121] [--eval-seed 9301] [--error-rate 0.05] [--uniform] [--crosscheck]
+       [--tune-seed 121] [--eval-seed 9301] [--error-rate 0.05] [--uniform] [--no-crosscheck] [--no-table]
        [--modes 'logprobs,no logprobs'] [--work /tmp/vlm-trust]
 
 1. Generates a tuning set (`make_samples.py --set eval`, a tuning seed) and a fresh evaluation set (another seed).
@@ -12,6 +12,10 @@ Usage: taskset -c 1 python bench/bench_vlm_trust.py [--tune-count 300] [--eval-c
 3. Prints, per mode, precision at the review threshold (0.95) and the share of documents auto-accepted, overall
    and per doc_type, and the 99.5% operating point. Goal: precision >= 99.5% and >= 80% auto-accepted in both.
 
+`--no-table` skips step 2's `idflow calibrate`: the model has no table, so every confidence comes from the
+embedded floor (`pipeline.trust.table.floored`) or stays unknown, as for a new model id. The embedded second
+reading is on, as by default; `--no-crosscheck` runs with `IDFLOW_OPENAI_CROSSCHECK=false`.
+
 Without log-probabilities the share is limited by what the documents themselves can prove: a PRC card's name or
 its back's expiry date has no check digit, so those fields are only as sure as the model's average reading.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -56,6 +61,12 @@ def idflow(args: list[str], server: MistakeServer, tables: Path, logprobs: bool,
                               stderr=subprocess.STDOUT).returncode
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def rates(per_field: float, uniform: bool) -> MistakeRates:
     """Every kind at `per_field` (`uniform`: a field reached by two kinds then errs about twice as often), or
     split so each field errs at about `per_field`: two kinds reach each present field (name: substitution and
@@ -81,47 +92,54 @@ def main() -> None:
     parser.add_argument("--eval-seed", type=int, default=9301, help="a fresh seed, never used for tuning")
     parser.add_argument("--error-rate", type=float, default=0.05, help="mistakes per field (see `rates`)")
     parser.add_argument("--uniform", action="store_true", help="every mistake kind at --error-rate instead")
-    parser.add_argument("--crosscheck", action="store_true",
-                        help="IDFLOW_OPENAI_CROSSCHECK: the embedded OCR reads the fields no check proves")
+    parser.add_argument("--no-crosscheck", dest="crosscheck", action="store_false",
+                        help="IDFLOW_OPENAI_CROSSCHECK=false: the embedded OCR does not read the fields no check "
+                             "proves")
+    parser.add_argument("--no-table", action="store_true",
+                        help="no idflow calibrate: no table for the model (the embedded floor alone)")
     parser.add_argument("--modes", default="logprobs,no logprobs", help="which of 'logprobs', 'no logprobs'")
     parser.add_argument("--work", type=Path, default=Path("/tmp/vlm-trust"))
     args = parser.parse_args()
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
-    tune = generate(work / f"tune-{args.tune_seed}", args.tune_count, args.tune_seed)
+    tune = None if args.no_table else generate(work / f"tune-{args.tune_seed}", args.tune_count, args.tune_seed)
     held = generate(work / f"eval-{args.eval_seed}", args.eval_count, args.eval_seed)
     prepare = Settings().prepare
     started = time.perf_counter()
-    tune_index, eval_index = index_manifest(tune, prepare), index_manifest(held, prepare)
+    tune_index = index_manifest(tune, prepare) if tune is not None else ({}, [])
+    eval_index = index_manifest(held, prepare)
     print(f"indexed {len(tune_index[0])} + {len(eval_index[0])} pages in {time.perf_counter() - started:.0f} s",
           flush=True)
     figures = {}
     mistakes = rates(args.error_rate, args.uniform)
-    tag = f"{'uniform' if args.uniform else 'field'}{args.error_rate:g}{'-ocr' if args.crosscheck else ''}"
+    tag = (f"{'uniform' if args.uniform else 'field'}{args.error_rate:g}{'-ocr' if args.crosscheck else ''}"
+           f"{'-notable' if args.no_table else ''}")
     print(f"mistake rates ({tag}): {mistakes}", flush=True)
     wanted = {m.strip() for m in args.modes.split(",")}
     for mode, logprobs in [(m, lp) for m, lp in (("logprobs", True), ("no logprobs", False)) if m in wanted]:
         tables = work / f"tables-{tag}-{'lp' if logprobs else 'nolp'}"
-        with serve(tune, tune_index, mistakes, seed=args.tune_seed) as server:
-            code = idflow(["calibrate", str(tune), "--backend", "openai"], server, tables, logprobs,
-                          args.crosscheck, work / f"calibrate-{tag}-{mode.replace(' ', '-')}.log")
-        if code != 0:
-            raise SystemExit(f"idflow calibrate failed ({mode}): see {work}")
+        if not args.no_table:
+            with serve(tune, tune_index, mistakes, seed=args.tune_seed) as server:
+                code = idflow(["calibrate", str(tune), "--backend", "openai"], server, tables, logprobs,
+                              args.crosscheck, work / f"calibrate-{tag}-{mode.replace(' ', '-')}.log")
+            if code != 0:
+                raise SystemExit(f"idflow calibrate failed ({mode}): see {work}")
         out = work / f"eval-out-{tag}-{mode.replace(' ', '-')}"
         with serve(held, eval_index, mistakes, seed=args.eval_seed) as server:
-            begun = time.perf_counter()
+            begun, cpu = time.perf_counter(), children_cpu()
             code = idflow(["eval", str(held), str(out), "--backend", "openai"], server, tables, logprobs,
                           args.crosscheck, work / f"eval-{tag}-{mode.replace(' ', '-')}.log")
-            took = time.perf_counter() - begun
+            took, cpu = time.perf_counter() - begun, children_cpu() - cpu
             injected = sum(len(r.mistakes) for r in server.records().values())
         if code != 0:
             raise SystemExit(f"idflow eval failed ({mode}): see {work}")
         report = json.loads((out / "report.json").read_text(encoding="utf-8"))
         figures[mode] = report
         at, point = report["at_threshold"], report["operating_point"]
+        fitted = "no table for the model" if args.no_table else f"table fitted on tuning seed {args.tune_seed}"
         print(f"\n== {mode}: evaluation set seed {args.eval_seed} ({report['documents']} documents, "
-              f"{injected} injected mistakes), table fitted on tuning seed {args.tune_seed}; idflow eval took "
-              f"{took:.0f} s")
+              f"{injected} injected mistakes), {fitted}; idflow eval took {took:.0f} s, "
+              f"{cpu / report['documents']:.2f} s CPU a document")
         print(f"field accuracy {report['accuracy']:.2%} (per field: {report['per_field']}); at threshold {at['threshold']:.2f}: "
               f"{at['share']:.1%} of documents auto-accepted ({at['accepted']}), precision {at['precision']:.2%}")
         print("99.5% operating point: " + (f"threshold {point['threshold']:.4f}, coverage {point['coverage']:.1%}"

@@ -200,6 +200,10 @@ class Extraction:
     # The issuing state or country where the document states it (its zone's issuer code, `CHN` for a PRC card,
     # a national front's country); None where nothing on the page states it.
     issuer: str | None = None
+    # Present field -> the embedded path's evidence for the same value, (its class, its raw score): a VLM
+    # answer's field proven by its own check digits, or read alike by the embedded OCR. The embedded table's
+    # confidence for it is the field's floor (`pipeline.trust.table.floored`).
+    embedded: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -134,11 +134,12 @@ class OpenAISettings(BaseSettings):
     logprobs: bool = Field(True, validation_alias="IDFLOW_OPENAI_LOGPROBS",
                            description="ask for token log-probabilities, evidence for each field's confidence "
                                        "(dropped for the run when the endpoint refuses them)")
-    crosscheck: bool = Field(False, validation_alias="IDFLOW_OPENAI_CROSSCHECK",
-                             description="read the fields no check digit proves (a PRC card's name and validity, a "
-                                         "name its zone does not confirm) again with the embedded OCR: agreement is "
-                                         "evidence, disagreement sends the document to a person (costs an OCR "
-                                         "reading of those pages on this machine's CPU)")
+    crosscheck: bool = Field(True, validation_alias="IDFLOW_OPENAI_CROSSCHECK",
+                             description="read the fields the answer's own checks do not prove (a PRC card's name "
+                                         "and validity, a name its zone does not confirm) again with the embedded "
+                                         "OCR, beside the requests: a field both read alike gets at least the "
+                                         "embedded table's confidence, another value sends the document to a "
+                                         "person (costs an OCR reading of those pages on this machine's CPU)")
     prompt_lang: Literal["en", "zh"] = Field("en", validation_alias="IDFLOW_OPENAI_PROMPT_LANG",
                                              description="language of the instruction sent with each page")
     price_prompt_per_mtok: float = Field(0.0, ge=0, validation_alias="IDFLOW_OPENAI_PRICE_PROMPT_PER_MTOK",

@@ -2,13 +2,21 @@
 
 Backends know nothing about Parquet or Prefect: they take prepared pages and return, for each page in the
 same order, an `Extraction` or a `Failure` (stage `request` or `parse`). They never raise for one bad page.
+
+A backend whose answers wait for a second reading on this machine's CPU (a VLM answer's fields read again by
+the embedded OCR) may also offer `extract_deferring`: the same, except that such a page comes back `Unfinished`
+as soon as its answer is in. The engine finishes those on workers of its own, so a request slot is never held
+while the CPU reads; `extract` finishes them itself (`finished`).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from pipeline.datamodel import Extraction, Failure, PreparedImage
+from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage
 
 
 class ExtractionBackend(Protocol):
@@ -21,3 +29,20 @@ class ExtractionBackend(Protocol):
     async def aclose(self) -> None:
         """Release connections, servers or models."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Unfinished:
+    """A page whose answer is in and whose second reading is still to run: `finish()` runs it and returns the
+    scored extraction (a bug in it is this page's `internal_error` failure, never an exception)."""
+
+    ref: DocumentRef
+    finish: Callable[[], Awaitable[Extraction | Failure]]
+
+
+async def finished(results: Sequence[Extraction | Failure | Unfinished]) -> list[Extraction | Failure]:
+    """`results` with every `Unfinished` page finished (concurrently), in order."""
+    async def one(result: Extraction | Failure | Unfinished) -> Extraction | Failure:
+        return await result.finish() if isinstance(result, Unfinished) else result
+
+    return list(await asyncio.gather(*(one(r) for r in results)))

@@ -107,7 +107,9 @@ class HybridBackend:
     def from_run_settings(cls, settings: Settings) -> HybridBackend:
         vlm = HYBRID.vlm_of(settings)
         assert vlm is not None
-        return cls(OCR.build(settings), vlm.build(settings), threshold=settings.hybrid_threshold)
+        # the OCR half has read every page already: the VLM half does not read them with it a second time
+        once = settings.model_copy(update={"openai": settings.openai.model_copy(update={"crosscheck": False})})
+        return cls(OCR.build(settings), vlm.build(once), threshold=settings.hybrid_threshold)
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
         readings = await self._ocr.extract(batch)

@@ -305,7 +305,7 @@ def _answer(ref: DocumentRef, item: dict[str, Any], model: str, source: str) -> 
     judged = verdict.judged
     return _scorer(answered.model)(dataclasses.replace(
         answered, field_states=judged.states, checks=judged.checks, check_failures=judged.failures,
-        evidence=judged.classes, issuer=judged.issuer))
+        evidence=judged.classes, issuer=judged.issuer, embedded=judged.embedded))
 
 
 @functools.lru_cache(maxsize=8)

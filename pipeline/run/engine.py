@@ -7,7 +7,10 @@ where a document's errors are contained.
 Why a pipeline of worker pools rather than `gather` over a batch (the olmOCR dispatch): preparation is CPU work and
 extraction is mostly waiting on an endpoint, so they get separate pools connected by bounded queues. Preparers keep
 at most `concurrency` prepared pages waiting for an extractor (back-pressure: memory stays flat however large
-the folder), and `concurrency` extractors keep that many requests in flight whenever pages are ready. A document
+the folder), and `concurrency` extractors keep that many requests in flight whenever pages are ready. A page whose
+answer waits for a second reading on this machine's CPU (`backends.base.Unfinished`) is handed to `concurrency`
+finishers of its own, through a queue of at most `concurrency` pages, so the extractor sends the next request at
+once; only when the CPU falls that far behind do the extractors wait (back-pressure: memory stays flat). A document
 never takes a pool down: any exception in any stage becomes an `internal_error` failure for that document alone.
 """
 
@@ -23,7 +26,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, TypeVar
 
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped
-from pipeline.extract.base import ExtractionBackend
+from pipeline.extract.base import ExtractionBackend, Unfinished
 from pipeline.extract.registry import find_spec
 from pipeline.masking import redact
 from pipeline.prepare import prepare_page
@@ -125,8 +128,10 @@ class Engine:
     async def _pipeline(self, items: Iterable[Item] | AsyncIterable[Item], *, extract: bool) -> AsyncIterator[Any]:
         todo: asyncio.Queue[Any] = asyncio.Queue(self.prepare_workers)
         ready: asyncio.Queue[Any] = asyncio.Queue(self.concurrency)
+        unfinished: asyncio.Queue[Any] = asyncio.Queue(self.concurrency)
         done: asyncio.Queue[Any] = asyncio.Queue(self.concurrency + self.prepare_workers)
         extractors = self.concurrency if extract else 0
+        finishers = self.concurrency if extract and hasattr(self.backend, "extract_deferring") else 0
 
         async def feed() -> None:
             async for item in _aiter(items):
@@ -144,7 +149,12 @@ class Engine:
         async def extract_pages() -> None:
             async with self._request_slot() if self._request_slot else nullcontext():
                 while (page := await ready.get()) is not _DONE:
-                    await done.put(await self._extract(page))
+                    outcome = await self._extract(page)
+                    await (unfinished.put(outcome) if isinstance(outcome[0], Unfinished) else done.put(outcome[0]))
+
+        async def finish_pages() -> None:
+            while (item := await unfinished.get()) is not _DONE:
+                await done.put(await self._finish(*item))
 
         loop = asyncio.get_running_loop()
         crashed: asyncio.Future[None] = loop.create_future()  # a stage itself failed (not a document)
@@ -156,15 +166,19 @@ class Engine:
         feeder = asyncio.create_task(feed(), name="idflow-feed")
         preparers = [asyncio.create_task(prepare()) for _ in range(self.prepare_workers)]
         pullers = [asyncio.create_task(extract_pages()) for _ in range(extractors)]
+        checkers = [asyncio.create_task(finish_pages()) for _ in range(finishers)]
 
         async def close_stages() -> None:
             await asyncio.gather(feeder, *preparers)
             for _ in pullers:
                 await ready.put(_DONE)
             await asyncio.gather(*pullers)
+            for _ in checkers:
+                await unfinished.put(_DONE)
+            await asyncio.gather(*checkers)
             await done.put(_DONE)
 
-        everything = [feeder, *preparers, *pullers, asyncio.create_task(close_stages())]
+        everything = [feeder, *preparers, *pullers, *checkers, asyncio.create_task(close_stages())]
         for task in everything:
             task.add_done_callback(watch)
         try:
@@ -201,12 +215,28 @@ class Engine:
             journal.end(ref.key)  # not when cancelled: an interrupted page may be one that hung
         return outcome
 
-    async def _extract(self, page: PreparedImage) -> Record | Failure:
+    async def _extract(self, page: PreparedImage) -> tuple[Record | Failure | Unfinished, PreparedImage]:
+        """The page's validated outcome, or `Unfinished` (with the page) when its second reading is to come."""
         try:
-            (extraction,) = await self.backend.extract([page])
+            deferring = getattr(self.backend, "extract_deferring", None)
+            (extraction,) = await (deferring or self.backend.extract)([page])
+            if isinstance(extraction, Unfinished):
+                return extraction, page
             outcome = finish(extraction, page)
         except Exception as exc:  # noqa: BLE001 - any bug is contained to this document
+            return internal_failure(page.ref, exc, self.backend.name), page
+        return await self._pictured(outcome, page), page
+
+    async def _finish(self, pending: Unfinished, page: PreparedImage) -> Record | Failure:
+        """An `Unfinished` page's second reading, then the validate stage."""
+        try:
+            outcome = finish(await pending.finish(), page)
+        except Exception as exc:  # noqa: BLE001 - any bug is contained to this document
             return internal_failure(page.ref, exc, self.backend.name)
+        return await self._pictured(outcome, page)
+
+    async def _pictured(self, outcome: Record | Failure, page: PreparedImage) -> Record | Failure:
+        """`outcome`, its review-page thumbnail made from the page sent when the run keeps thumbnails."""
         if isinstance(outcome, Record) and self._thumbnails is not None:
             await self._picture(outcome, page, self._thumbnails)
         return outcome

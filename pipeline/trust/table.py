@@ -23,9 +23,21 @@ Calibration is deliberately not part of the settings fingerprint: a refit change
 what was read, so it must not make every document eligible for re-reading. A run scores with the table present
 when it runs; the `calibration` column tells which.
 
-A field whose sources disagree is never auto-accepted, whatever a table says: after a table is applied, the
-rule of `pipeline.trust.rules` caps it (the formats' disagreements, and a VLM answer's against its own zone
-and printed copies); a class `.../disagrees` is capped wherever a confidence is looked up by class.
+**The embedded floor.** A model's field that the embedded path has evidence for, the same value proven by the
+answer's own check digits or read alike by the embedded OCR (`Extraction.embedded`: that evidence's class and raw
+score), gets at least the confidence the embedded path's table (the user's OCR table, else the shipped one) gives
+that evidence (`floored`), with or without a table for the model: a new model id starts with the embedded path's
+auto-accept share, never below. A field only the model read keeps what the model's table says (unknown without
+one).
+
+A field whose sources disagree is never auto-accepted, whatever a table says: after a table and the floor are
+applied, the rule of `pipeline.trust.rules` caps it (the formats' disagreements, and a VLM answer's against
+its own zone, printed copies and the embedded OCR); a class `.../disagrees` is capped wherever a confidence is
+looked up by class.
+
+Where confidence is applied, in order (`Scorer.__call__`): `Calibration.apply` (the table of the key) or
+`unknown`, then `floored`, then `rules.cap_disagreements`. The hybrid backend's `reconcile` combines
+two readings already scored this way.
 """
 
 from __future__ import annotations
@@ -149,23 +161,51 @@ class Calibration:
         value = round(curve(raw), 4) if curve else min(raw, self.unseen_cap)
         return min(value, DISAGREEMENT_CAP) if cls_name.endswith("/" + DISAGREES) else value
 
-    def apply(self, extraction: Extraction) -> Extraction:
+    def apply(self, extraction: Extraction, embedded: Calibration | None = None) -> Extraction:
         """The extraction with every present field's confidence calibrated (absent/unreadable unchanged), then
-        the rule no table overrides (`confidence_rules.cap_disagreements`)."""
+        the floor of the embedded path's evidence (`floored`, when `embedded` is given), then the rule no table
+        overrides (`rules.cap_disagreements`)."""
         states = dict(extraction.field_states)
         for name, reading in states.items():
             if reading.state == "present" and reading.confidence is not None:
                 states[name] = FieldReading(reading.value, "present",
                                             self.confidence(field_class(extraction, name), reading.confidence))
         scored = dataclasses.replace(extraction, field_states=states, calibration=self.table_id)
-        return cap_disagreements(scored, extra=ANSWER_DISAGREEMENTS)
+        return cap_disagreements(floored(scored, embedded), extra=ANSWER_DISAGREEMENTS)
 
 
-def unknown(extraction: Extraction) -> Extraction:
-    """The extraction with every present field's confidence unknown (None): no table was fitted for its key."""
+def unknown(extraction: Extraction, embedded: Calibration | None = None) -> Extraction:
+    """The extraction with every present field's confidence unknown (None): no table was fitted for its key;
+    then the floor of the embedded path's evidence (`floored`) and the rule no table overrides."""
     states = {name: FieldReading(r.value, r.state, None) if r.state == "present" else r
               for name, r in extraction.field_states.items()}
-    return dataclasses.replace(extraction, field_states=states, calibration=None)
+    scored = dataclasses.replace(extraction, field_states=states, calibration=None)
+    return cap_disagreements(floored(scored, embedded), extra=ANSWER_DISAGREEMENTS)
+
+
+FLOOR = "floor:"  # in the `calibration` column: the embedded table that set a floor
+
+
+def floored(extraction: Extraction, embedded: Calibration | None) -> Extraction:
+    """The extraction with every present field that has embedded evidence (`Extraction.embedded`) raised to the
+    confidence `embedded` (the embedded path's table) gives that evidence; unchanged without such a table or
+    evidence. The `calibration` column then names that table too (`floor:<key>#<hash>`)."""
+    if embedded is None or not extraction.embedded:
+        return extraction
+    states = dict(extraction.field_states)
+    raised = False
+    for name, (cls_name, raw) in extraction.embedded.items():
+        reading = states.get(name)
+        if reading is None or reading.state != "present":
+            continue
+        floor = embedded.confidence(cls_name, raw)
+        if reading.confidence is None or reading.confidence < floor:
+            states[name] = FieldReading(reading.value, "present", floor)
+            raised = True
+    if not raised:
+        return extraction
+    table = ";".join(x for x in (extraction.calibration, FLOOR + embedded.table_id) if x)
+    return dataclasses.replace(extraction, field_states=states, calibration=table)
 
 
 @cache
@@ -206,17 +246,24 @@ class Tables:
 @dataclass(frozen=True, slots=True)
 class Scorer:
     """Scores one backend's extractions: with the table of its key, unknown without one, or left raw (`raw`:
-    the scores a table is fitted on, for `idflow calibrate`)."""
+    the scores a table is fitted on, for `idflow calibrate`); never below the floor the embedded path's table
+    (`embedded`) gives a field's embedded evidence (`floored`)."""
 
     key: TableKey
     table: Calibration | None
     raw: bool = False
+    embedded: Calibration | None = None
 
     @classmethod
     def for_key(cls, key: TableKey, directory: Path | None, *, raw: bool = False) -> Scorer:
-        return cls(key, None if raw else Tables(directory).find(key), raw)
+        if raw:
+            return cls(key, None, raw)
+        tables = Tables(directory)
+        return cls(key, tables.find(key), raw, tables.find(ocr_key()))
 
     def __call__(self, extraction: Extraction) -> Extraction:
         if self.raw:
             return extraction
-        return self.table.apply(extraction) if self.table is not None else unknown(extraction)
+        if self.table is not None:
+            return self.table.apply(extraction, self.embedded)
+        return unknown(extraction, self.embedded)

@@ -16,10 +16,11 @@ from typing import Any, Sequence
 import numpy as np
 import pytest
 
-from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Record
+from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record
 from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg
 from pipeline.formats.mrz import check_ok
 from pipeline.settings import CalibrationSettings, OpenAISettings
+from pipeline.trust import table as calibration
 from pipeline.validate import validate
 from synth.identities import MRZPerson
 from tests.support.chat_server import ChatCall, ChatServer, Reply, ServerConfig, image_sha256
@@ -90,9 +91,14 @@ def test_a_zone_that_proves_number_and_dates_gives_mrz_passed_classes(tmp_path: 
                                 "id_number": "id_number/mrz.number_passed/nolp",
                                 "expiry_date": "expiry_date/mrz.expiry_passed/nolp"}
     assert "mrz" not in outcome.fields and "printed" not in outcome.fields  # evidence, not record fields
-    # no table was fitted for this backend + model + prompt: confidence unknown, never a made-up number
-    assert outcome.calibration is None
-    assert all(outcome.field_states[k].confidence is None for k in ("name", "id_number", "expiry_date"))
+    # no table was fitted for this backend + model + prompt: each field its own zone proves gets the floor the
+    # embedded table gives the same evidence (the class without /nolp, as a sure reading), never a made-up number
+    shipped = calibration.shipped()
+    assert outcome.calibration == "floor:" + shipped.table_id
+    for name, cls in outcome.evidence.items():
+        assert outcome.embedded[name] == (cls.removesuffix("/nolp"), 1.0)
+        assert outcome.field_states[name].confidence == shipped.confidence(cls.removesuffix("/nolp"), 1.0)
+        assert outcome.field_states[name].confidence >= 0.95
     assert '"mrz"' in server.requests[0].text  # the extract_v3 prompt asks for the zone
     assert isinstance(validate(outcome, make_page(0)), Record)
 

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record, Skipped, SkipReason
+from pipeline.extract.base import Unfinished, finished
 from pipeline.ingest.discover import sha256_file
 from pipeline.run.engine import Engine
 from pipeline.settings import Settings
@@ -145,3 +146,61 @@ def test_outcomes_do_not_depend_on_the_pool_sizes(tmp_path: Path, workers: int) 
 
     outcomes = asyncio.run(run())
     assert sorted(o.extraction.ref.key for o in outcomes) == sorted(r.key for r in refs)
+
+
+class DeferringBackend:
+    """Answers every page at once, as `Unfinished`: its second reading waits until the test releases it, and
+    counts how many requests were answered meanwhile."""
+
+    name = "openai"
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.requests = 0
+        self.all_asked = asyncio.Event()  # set once `expected` requests were answered
+        self.release = asyncio.Event()
+        self.finished = 0
+
+    async def extract_deferring(self, batch: Sequence[PreparedImage]) -> list[Unfinished]:
+        out = []
+        for page in batch:
+            self.requests += 1
+            if self.requests == self.expected:
+                self.all_asked.set()
+
+            async def finish(page: PreparedImage = page) -> Extraction:
+                await self.release.wait()
+                self.finished += 1
+                return Extraction(ref=page.ref, fields=dict(FIELDS), backend=self.name, model="m")
+            out.append(Unfinished(page.ref, finish))
+        return out
+
+    async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
+        return await finished(await self.extract_deferring(batch))
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_requests_go_on_while_second_readings_wait_and_every_page_is_finished(tmp_path: Path) -> None:
+    """With one extractor, the next requests are sent while earlier pages wait for their second reading (up to
+    the bound: `concurrency` queued plus `concurrency` being finished), and then every page is accounted for."""
+    refs = _pages(tmp_path / "in", 3)
+    backend = DeferringBackend(len(refs))
+
+    async def go() -> list:
+        outcomes = []
+        async with Engine(Settings(concurrency=1), backend, prepare_workers=1) as engine:
+            async def release_when_all_asked() -> None:
+                await backend.all_asked.wait()
+                assert backend.finished == 0  # every request was sent before any second reading ended
+                backend.release.set()
+            releaser = asyncio.create_task(release_when_all_asked())
+            async with asyncio.timeout(60):  # the extractor waiting on a second reading would never get here
+                outcomes = [o async for o in engine.run(refs)]
+            await releaser
+        return outcomes
+
+    outcomes = asyncio.run(go())
+    assert len(outcomes) == len(refs) and all(isinstance(o, Record) for o in outcomes)
+    assert backend.finished == len(refs)

@@ -21,13 +21,19 @@ visual zone (`printed`), and the request asks for token log-probabilities. idflo
 - **The printed copies** are compared with the answer's values (`cross.name_answer_vs_printed`,
   `cross.number_answer_vs_printed`). They are the same reading of the same glyphs, so agreement proves little;
   disagreement means the model is unsure.
-- **The embedded OCR's reading** (optional, `IDFLOW_OPENAI_CROSSCHECK`; `pipeline.extract.model.ocr_crosscheck`):
+- **The embedded OCR's reading** (on by default, `IDFLOW_OPENAI_CROSSCHECK`; `pipeline.extract.model.ocr_crosscheck`):
   the fields no check proves (`unproven`: a PRC card's name and validity, a name its zone does not confirm, a
   number or expiry no check digit covers) are compared with what the embedded OCR reads on the same page, an
   independent reading by another method (`cross.*_answer_vs_ocr`). Agreement puts the field in a class of its
   own (`field/<source>+ocr/...`), so a table learns how often two readings that agree are right; the OCR seeing
   another value, or no value where the answer has one, is a disagreement; the OCR unable to read the field is no
   evidence either way.
+- **The embedded path's evidence for the same value** (`Judged.embedded`, field -> (embedded class, raw score)):
+  a field the answer's own checks prove (`proven`) has the evidence an embedded reading of that class has (the
+  class named without `/lp`, at the raw score of a sure reading, 1.0: a model's score is on no scale the
+  embedded table knows, and the check, not the score, is the evidence); a field the embedded OCR read alike has
+  that reading's class and raw score. The embedded table's confidence for it is the field's floor
+  (`pipeline.trust.table.floored`), which needs no table for the model.
 - **Token probabilities**: the lowest probability of the tokens that spell a field's value is its raw score
   (1.0 when the endpoint gave none). The evidence class says which (`/lp` or `/nolp`), so a table fitted with
   log-probabilities is never applied to scores made without them.
@@ -96,6 +102,7 @@ class Judged:
     refuted: list[str]
     lp: str = "nolp"  # whether the raw scores are token probabilities (`lp`) or none were given (`nolp`)
     issuer: str | None = None  # the answer's zone's issuer code, else the one state issuing its doc type
+    embedded: dict[str, tuple[str, float]] = field(default_factory=dict)  # the embedded path's evidence (above)
 
 
 def split_answer(answer: dict[str, Any]) -> tuple[dict[str, Any], AnswerEvidence]:
@@ -141,7 +148,11 @@ def judge(fields: dict[str, Any], evidence: AnswerEvidence, scores: dict[str, fl
     doc_type = fields.get("doc_type")
     lp = "lp" if scores is not None else "nolp"
     issuer = (issuer_code(found[1].issuer) if found else None) or FORMATS.issuer_of(doc_type)
-    return Judged(checks, failures, states, _classes(states, doc_type, checks, failures, lp), refuted, lp, issuer)
+    classes = _classes(states, doc_type, checks, failures, lp)
+    proven = _proven(fields, checks)
+    embedded = {name: (cls.rsplit("/", 1)[0], 1.0) for name, cls in classes.items()
+                if proven[name] and not cls.endswith("/" + DISAGREES)}
+    return Judged(checks, failures, states, classes, refuted, lp, issuer, embedded)
 
 
 def _classes(states: dict[str, FieldReading], doc_type: Any, checks: list[str], failures: list[str],
@@ -163,32 +174,43 @@ def evidence_class(name: str, doc_type: Any, checks: list[str], failures: list[s
 _ZONE_EXPIRY_CHECKS = frozenset(fmt.expiry_check for fmt in FORMATS if isinstance(fmt, ZoneFormat))
 
 
+def _proven(fields: dict[str, Any], checks: list[str]) -> dict[str, bool]:
+    """Which fields the answer's own checks prove: a name its zone agreeing with it; a number the zone's check
+    digit or its own checksum (MOD 11-2, ...); an expiry date the zone's check digit."""
+    return {"name": NAME_VS_ZONE in checks,
+            "id_number": "mrz.number" in checks or _number_check(fields) in checks,
+            "expiry_date": bool(_ZONE_EXPIRY_CHECKS & set(checks))}
+
+
 def unproven(fields: dict[str, Any], judged: Judged) -> list[str]:
-    """The answer's present fields no check proves: worth an independent reading. A name is proven by its zone
-    agreeing; a number by the zone's check digit or its own checksum (MOD 11-2, ...); an expiry date by the
-    zone's check digit. A field whose sources already disagree goes to a person anyway."""
-    proven = {"name": NAME_VS_ZONE in judged.checks,
-              "id_number": "mrz.number" in judged.checks or _number_check(fields) in judged.checks,
-              "expiry_date": bool(_ZONE_EXPIRY_CHECKS & set(judged.checks))}
+    """The answer's present fields no check proves (`_proven`): worth an independent reading. A field whose
+    sources already disagree goes to a person anyway."""
+    proven = _proven(fields, judged.checks)
     return [name for name, reading in judged.states.items() if reading.state == "present"
             and not proven[name] and not judged.classes.get(name, "").endswith("/" + DISAGREES)]
 
 
 def with_ocr_reading(fields: dict[str, Any], judged: Judged, ocr: dict[str, FieldReading],
-                     names: Sequence[str]) -> Judged:
-    """`judged` with the embedded OCR's reading of the same page (`ocr`: field -> its reading) compared on
-    `names` (module docstring): the same value passes `cross.*_answer_vs_ocr`, another value or none where the
-    answer has one fails it, an unreadable field adds nothing. The classes are computed again."""
+                     names: Sequence[str], ocr_classes: dict[str, str] | None = None) -> Judged:
+    """`judged` with the embedded OCR's reading of the same page (`ocr`: field -> its reading, raw scores;
+    `ocr_classes`: field -> the reading's evidence class) compared on `names` (module docstring): the same value
+    passes `cross.*_answer_vs_ocr` and gives the field the OCR reading's class and raw score as its embedded
+    evidence, another value or none where the answer has one fails it, an unreadable field adds nothing. The
+    classes are computed again."""
     checks, failures = list(judged.checks), list(judged.failures)
+    embedded = dict(judged.embedded)
     for name in names:
         own, answer = ocr.get(name), fields.get(name)
         if own is None or own.state == "unreadable" or answer is None:
             continue
         same = own.state == "present" and _same(name, own.value, answer)
         (checks if same else failures).append(VS_OCR[name])
+        if same and ocr_classes and name in ocr_classes and own.confidence is not None:
+            embedded[name] = (ocr_classes[name], own.confidence)
     doc_type = fields.get("doc_type")
-    return Judged(checks, failures, judged.states, _classes(judged.states, doc_type, checks, failures, judged.lp),
-                  judged.refuted, judged.lp, judged.issuer)
+    classes = _classes(judged.states, doc_type, checks, failures, judged.lp)
+    embedded = {k: v for k, v in embedded.items() if not classes.get(k, "").endswith("/" + DISAGREES)}
+    return Judged(checks, failures, judged.states, classes, judged.refuted, judged.lp, judged.issuer, embedded)
 
 
 def _same(name: str, ours: Any, theirs: Any) -> bool:

@@ -9,9 +9,12 @@ retryable failures instead of thousands of doomed calls. Every page ends as an `
 
 Each answer is judged on its own evidence (`answer_evidence`: its machine-readable zone's check digits, its
 printed copies, its token probabilities, which are asked for with `logprobs` and dropped for the rest of the
-run when the endpoint refuses them; optionally the embedded OCR's reading of the fields nothing else proves,
-`ocr_crosscheck`) and scored by the calibration table of this backend + model + prompt
-(`pipeline.trust.table.Scorer`; unknown confidence without one).
+run when the endpoint refuses them; and, unless `IDFLOW_OPENAI_CROSSCHECK=false`, the embedded OCR's reading of
+the fields nothing else proves, `ocr_crosscheck`) and scored by the calibration table of this backend + model +
+prompt (`pipeline.trust.table.Scorer`; unknown confidence without one), never below the embedded table's
+confidence for the embedded path's evidence of the same value (`Extraction.embedded`). A page that waits for the
+embedded reading comes back `Unfinished` from `extract_deferring` as soon as its answer is in (its request slot
+is free again); `extract` finishes it itself.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import cv2
 import openai
 
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
-from pipeline.extract.model.answer_evidence import EVIDENCE_SCHEMA, Judged, judge, split_answer, value_scores
+from pipeline.extract.base import Unfinished, finished
+from pipeline.extract.model.answer_evidence import EVIDENCE_SCHEMA, Judged, judge, split_answer, unproven, value_scores
 from pipeline.extract.model.answer_parsing import AnswerError, parse_answer
 from pipeline.extract.model.http_errors import RequestError, classify, not_a_completion, public_url, redact, timed_out
 from pipeline.extract.model.ocr_crosscheck import OcrCrossCheck
@@ -252,13 +256,18 @@ class OpenAICompatBackend:
         return self._json_schema
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
-        """One result per page, in input order.
+        """One result per page, in input order (second readings included)."""
+        return await finished(await self.extract_deferring(batch))
+
+    async def extract_deferring(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure | Unfinished]:
+        """One result per page, in input order; a page whose answer waits for the embedded second reading is
+        `Unfinished` (module docstring).
 
         Workers pull pages, so memory holds at most 2 x `concurrency` encoded pages whatever the batch size;
         twice as many workers as request slots, so the next pages are encoded while requests are in flight
         (the semaphore alone bounds what is sent).
         """
-        results: list[Extraction | Failure | None] = [None] * len(batch)
+        results: list[Extraction | Failure | Unfinished | None] = [None] * len(batch)
         pending = iter(range(len(batch)))
 
         async def worker() -> None:
@@ -273,16 +282,19 @@ class OpenAICompatBackend:
     async def aclose(self) -> None:
         await self._client.close()
 
-    async def _extract_guarded(self, page: PreparedImage) -> Extraction | Failure:
+    async def _extract_guarded(self, page: PreparedImage) -> Extraction | Failure | Unfinished:
         try:
             return await self._extract_one(page)
         except Exception as exc:  # a bug must cost one page, not the batch; retried once (`internal_error`)
-            log.error("internal error extracting page %s: %s", page.ref.sha256[:12], type(exc).__name__)
-            log.debug("internal error extracting page %s", page.ref.sha256[:12], exc_info=True)
-            return Failure.for_ref(page.ref, "internal", Reason.INTERNAL_ERROR,
-                                   self._scrub(f"{type(exc).__name__}: {exc}")[:500], backend=self.name)
+            return self._internal(page, exc)
 
-    async def _extract_one(self, page: PreparedImage) -> Extraction | Failure:
+    def _internal(self, page: PreparedImage, exc: Exception) -> Failure:
+        log.error("internal error extracting page %s: %s", page.ref.sha256[:12], type(exc).__name__)
+        log.debug("internal error extracting page %s", page.ref.sha256[:12], exc_info=True)
+        return Failure.for_ref(page.ref, "internal", Reason.INTERNAL_ERROR,
+                               self._scrub(f"{type(exc).__name__}: {exc}")[:500], backend=self.name)
+
+    async def _extract_one(self, page: PreparedImage) -> Extraction | Failure | Unfinished:
         ledger = _Ledger()
         try:
             jpeg = await asyncio.to_thread(encode_jpeg, page.pixels)
@@ -313,15 +325,28 @@ class OpenAICompatBackend:
                                    attempts=ledger.attempts, raw_response=self._scrub(answer.text)[:RAW_LIMIT],
                                    backend=self.name, prompt_tokens=ledger.prompt_tokens,
                                    completion_tokens=ledger.completion_tokens)
-        judged = verdict.judged
-        if self._crosscheck is not None:
-            judged = await self._crosscheck.judge(page, verdict.fields, judged)
+        judged, fields = verdict.judged, verdict.fields
+        if self._crosscheck is None or not unproven(fields, judged):
+            return self._scored(page, fields, judged, answer, ledger)
+        crosscheck = self._crosscheck
+
+        async def second_reading() -> Extraction | Failure:
+            try:
+                return self._scored(page, fields, await crosscheck.judge(page, fields, judged), answer, ledger)
+            except Exception as exc:  # a bug must cost one page, not the batch
+                return self._internal(page, exc)
+
+        return Unfinished(page.ref, second_reading)
+
+    def _scored(self, page: PreparedImage, fields: dict[str, Any], judged: Judged, answer: _Answer,
+                ledger: _Ledger) -> Extraction:
         return self._score(Extraction(
-            ref=page.ref, fields=verdict.fields, backend=self.name, model=self.model,
+            ref=page.ref, fields=fields, backend=self.name, model=self.model,
             field_states=judged.states, checks=judged.checks, check_failures=judged.failures,
             evidence=judged.classes, raw_response=self._scrub(answer.text), endpoint=self.endpoint,
             prompt_tokens=ledger.prompt_tokens, completion_tokens=ledger.completion_tokens,
-            latency_ms=round(ledger.latency_ms, 1), attempts=ledger.attempts, issuer=judged.issuer))
+            latency_ms=round(ledger.latency_ms, 1), attempts=ledger.attempts, issuer=judged.issuer,
+            embedded=judged.embedded))
 
     def _request_failure(self, page: PreparedImage, error: RequestError, ledger: _Ledger) -> Failure:
         return Failure.for_ref(page.ref, "request", error.reason, error.diagnosis, attempts=ledger.attempts,

@@ -28,7 +28,7 @@ import httpx
 from pydantic import SecretStr
 
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
-from pipeline.extract.base import ExtractionBackend
+from pipeline.extract.base import ExtractionBackend, Unfinished, finished
 from pipeline.extract.model.openai_compat import CircuitBreaker, OpenAICompatBackend
 from pipeline.extract.registry import VLLM
 from pipeline.settings import OpenAISettings, Settings, VllmSettings
@@ -124,6 +124,11 @@ class VllmPoolBackend:
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
         """One result per page, in input order; pages wait for a free endpoint slot, so the caps bound what
         is sent whatever the batch size."""
+        return await finished(await self.extract_deferring(batch))
+
+    async def extract_deferring(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure | Unfinished]:
+        """As `extract`, except that a page whose answer waits for the embedded second reading comes back
+        `Unfinished` once its endpoint slot is free again (`OpenAICompatBackend.extract_deferring`)."""
         return list(await asyncio.gather(*(self._extract_guarded(page) for page in batch)))
 
     async def aclose(self) -> None:
@@ -143,7 +148,7 @@ class VllmPoolBackend:
 
     # -- one page -----------------------------------------------------------------------------------------
 
-    async def _extract_guarded(self, page: PreparedImage) -> Extraction | Failure:
+    async def _extract_guarded(self, page: PreparedImage) -> Extraction | Failure | Unfinished:
         try:
             return await self._extract_page(page)
         except Exception as exc:  # a bug in the pool must cost one page, not the batch
@@ -151,26 +156,27 @@ class VllmPoolBackend:
             return Failure.for_ref(page.ref, "internal", Reason.INTERNAL_ERROR,
                                    f"pool error: {type(exc).__name__}: {exc}", attempts=0, backend=NAME)
 
-    async def _extract_page(self, page: PreparedImage) -> Extraction | Failure:
+    async def _extract_page(self, page: PreparedImage) -> Extraction | Failure | Unfinished:
         tried: set[str] = set()
         spent: list[Failure] = []
         while (endpoint := await self._acquire(tried)) is not None:
-            outcome: Extraction | Failure | None = None
+            outcome: Extraction | Failure | Unfinished | None = None
             try:
-                (outcome,) = await endpoint.backend.extract([page])
+                (outcome,) = await endpoint.backend.extract_deferring([page])
             finally:
                 await self._release(endpoint, outcome)
-            if isinstance(outcome, Extraction) or not (outcome.stage == "request" and outcome.retryable):
+            if isinstance(outcome, (Extraction, Unfinished)) or not (outcome.stage == "request"
+                                                                     and outcome.retryable):
                 return _with_attempts(outcome, spent)  # an answer, or a failure any server would repeat
             spent.append(outcome)
             tried.add(endpoint.url)
             self.retried_elsewhere += 1
         return await self._without_pool(page, spent)
 
-    async def _without_pool(self, page: PreparedImage, spent: list[Failure]) -> Extraction | Failure:
+    async def _without_pool(self, page: PreparedImage, spent: list[Failure]) -> Extraction | Failure | Unfinished:
         if self.fallback is not None:
             self.sent_to_fallback += 1
-            (outcome,) = await self.fallback.extract([page])
+            (outcome,) = await self.fallback.extract_deferring([page])
             return _with_attempts(outcome, spent)
         self.unavailable += 1
         last = f"; last error: {spent[-1].detail}" if spent else ""
@@ -201,10 +207,10 @@ class VllmPoolBackend:
                     return best
                 await self._changed.wait()
 
-    async def _release(self, endpoint: Endpoint, outcome: Extraction | Failure | None) -> None:
+    async def _release(self, endpoint: Endpoint, outcome: Extraction | Failure | Unfinished | None) -> None:
         async with self._changed:
             endpoint.in_flight -= 1
-            if isinstance(outcome, Extraction):
+            if isinstance(outcome, (Extraction, Unfinished)):
                 endpoint.served += 1
                 endpoint.breaker.record_success()
             elif isinstance(outcome, Failure) and outcome.stage == "request" and outcome.reason in ENDPOINT_DOWN:
@@ -249,7 +255,20 @@ class VllmPoolBackend:
             write_json_atomic(self.stats_path, self.snapshot())
 
 
-def _with_attempts(outcome: Extraction | Failure, spent: Sequence[Failure]) -> Extraction | Failure:
-    """The outcome with the attempts spent on endpoints that failed before it added in."""
-    outcome.attempts += sum(f.attempts for f in spent)
+def _with_attempts(outcome: Extraction | Failure | Unfinished,
+                   spent: Sequence[Failure]) -> Extraction | Failure | Unfinished:
+    """The outcome with the attempts spent on endpoints that failed before it added in (an `Unfinished` one's
+    once it is finished)."""
+    extra = sum(f.attempts for f in spent)
+    if isinstance(outcome, Unfinished):
+        if not extra:
+            return outcome
+        pending = outcome
+
+        async def finish() -> Extraction | Failure:
+            done = await pending.finish()
+            done.attempts += extra
+            return done
+        return Unfinished(outcome.ref, finish)
+    outcome.attempts += extra
     return outcome
