@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,26 +181,21 @@ class EvalReport:
 
     def per_doc_type(self, threshold: float) -> dict[str, dict[str, Any]]:
         """Per document kind (the manifest's doc_type): documents, share auto-accepted, precision of those."""
-        groups: dict[str, list[ItemResult]] = defaultdict(list)
-        for r in self.results:
-            groups[r.item.doc_type or "unstated"].append(r)
-        out = {}
-        for kind, rs in sorted(groups.items()):
-            share, precision, n = EvalReport(rs).accepted_at(threshold)
-            out[kind] = {"documents": len(rs), "accepted": n, "share": round(share, 4),
-                         "precision": round(precision, 4)}
-        return out
+        return self._accepted_by(lambda r: r.item.doc_type or "unstated", threshold)
 
     def per_condition_at(self, threshold: float) -> dict[str, dict[str, Any]]:
         """Per capture condition (the manifest's): documents, share auto-accepted at `threshold`, precision."""
+        return self._accepted_by(lambda r: r.item.condition, threshold)
+
+    def _accepted_by(self, group: Callable[[ItemResult], str], threshold: float) -> dict[str, dict[str, Any]]:
         groups: dict[str, list[ItemResult]] = defaultdict(list)
         for r in self.results:
-            groups[r.item.condition].append(r)
+            groups[group(r)].append(r)
         out = {}
-        for condition, rs in sorted(groups.items()):
+        for name, rs in sorted(groups.items()):
             share, precision, n = EvalReport(rs).accepted_at(threshold)
-            out[condition] = {"documents": len(rs), "accepted": n, "share": round(share, 4),
-                              "precision": round(precision, 4)}
+            out[name] = {"documents": len(rs), "accepted": n, "share": round(share, 4),
+                         "precision": round(precision, 4)}
         return out
 
     def per_evidence_class(self, threshold: float) -> dict[str, dict[str, Any]]:
