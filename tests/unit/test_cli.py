@@ -125,3 +125,27 @@ def test_a_base_url_that_is_no_url_stops_only_the_backends_that_call_it(tmp_path
         assert result.exit_code == 2 and "TAOTOKEN_BASE_URL" in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1 and "ftp//host" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_fallback_reaches_the_run_settings_without_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """`idflow run --fallback openai` is the pool's IDFLOW_VLLM_FALLBACK for that run: checked like the setting
+    (the openai endpoint's URL it would fall back to), the pool's other settings as the environment gives them,
+    and nothing written into the environment."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("IDFLOW_VLLM_FALLBACK", raising=False)
+    monkeypatch.setenv("IDFLOW_VLLM_ENDPOINTS", "http://127.0.0.1:8004/v1")
+    monkeypatch.setenv("IDFLOW_VLLM_MODEL", "qwen")
+    monkeypatch.setenv("IDFLOW_VLLM_API_KEY", "sk-vllm-0000000000")
+    monkeypatch.setenv("TAOTOKEN_BASE_URL", "ftp//host/api")
+    run = ["run", str(tmp_path), "--backend", "vllm", "--out", str(tmp_path / "out"), "--dry-run"]
+    refused = CliRunner().invoke(app, [*run, "--fallback", "openai"])
+    assert refused.exit_code == 2 and "TAOTOKEN_BASE_URL" in refused.output, refused.output
+    assert "IDFLOW_VLLM_FALLBACK" not in os.environ
+    wrong = CliRunner().invoke(app, [*run, "--fallback", "somewhere"])
+    assert wrong.exit_code == 2 and "fallback" in wrong.output, wrong.output
+
+    from idflow.common import load_settings
+
+    settings = load_settings(backend="vllm", vllm_fallback="none")
+    assert settings.vllm.fallback == "none" and settings.vllm.model == "qwen"  # the rest as the environment says
