@@ -68,6 +68,7 @@ from pipeline.trust.rules import (
     NUMBER_VS_ZONE,
     VS_OCR,
 )
+from pipeline.trust.table import evidence_class
 
 EVIDENCE_KEYS = ("mrz", "printed")  # answer keys that are evidence, not fields of the record
 OCR_AGREES = "+ocr"  # appended to a field's evidence source when the OCR read the same value
@@ -157,17 +158,18 @@ def judge(fields: dict[str, Any], evidence: AnswerEvidence, scores: dict[str, fl
 
 def _classes(states: dict[str, FieldReading], doc_type: Any, checks: list[str], failures: list[str],
              lp: str) -> dict[str, str]:
-    return {name: evidence_class(name, doc_type, checks, failures, lp)
+    return {name: answer_class(name, doc_type, checks, failures, lp)
             for name, reading in states.items() if reading.state == "present"}
 
 
-def evidence_class(name: str, doc_type: Any, checks: list[str], failures: list[str], lp: str) -> str:
-    """`field/disagrees` when the field's sources contradict each other, else `field/<source>/<lp|nolp>`
-    (`<source>+ocr` when the embedded OCR read the same value)."""
+def answer_class(name: str, doc_type: Any, checks: list[str], failures: list[str], lp: str) -> str:
+    """A model answer's field class: `field/disagrees` when the field's sources contradict each other, else the
+    embedded path's class of the same evidence (`trust.table.evidence_class`) with `+ocr` when the embedded OCR read
+    the same value and `/<lp|nolp>` (whether token probabilities scored it)."""
     if any(c in failures for c in DISAGREEMENTS[name]):
         return f"{name}/{DISAGREES}"
-    source = FORMATS.evidence_source(name, doc_type if isinstance(doc_type, str) else None, checks, failures)
-    return f"{name}/{source}{OCR_AGREES if VS_OCR[name] in checks else ''}/{lp}"
+    base = evidence_class(name, doc_type if isinstance(doc_type, str) else None, checks, failures)
+    return f"{base}{OCR_AGREES if VS_OCR[name] in checks else ''}/{lp}"
 
 
 # Checks that prove a field by themselves: a check digit over the value, or the zone agreeing with the answer.
