@@ -21,18 +21,15 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from pipeline.settings import Settings
 from pipeline.store.parquet import RESULTS, RUNS
 from tests.support.browser import Browser, BrowserBinaries
-from tests.support.chat_server import ServerConfig
 from tests.support.idflow_process import idflow, run_env
-from tests.support.mistake_server import MistakeConfig, MistakeServer
+from tests.support.mistake_server import truth_model
 from tests.support.paths import REPO
 from tests.support.prefect_server import Stack, prefect_server, wait_for
 
 BATCH = 4
 KEY = "sk-flow-ui-5e1d8b"
-MODEL = "sample-truth-vlm"
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -41,11 +38,8 @@ pytestmark = pytest.mark.timeout(1500)
 def model() -> Iterator[dict[str, str]]:
     """A loopback OpenAI-compatible endpoint answering every sample page from its ground truth; yields the
     environment that points a run's `openai` backend at it."""
-    config = MistakeConfig(logprobs="ignore", chat=ServerConfig(api_key=KEY, model=MODEL))
-    with MistakeServer(REPO / "data" / "sample_ground_truth.json", Settings(), config) as server:
-        assert not server.unprepared, server.unprepared
-        yield {"IDFLOW_BACKEND": "openai", "TAOTOKEN_API_KEY": KEY, "TAOTOKEN_MODEL": MODEL,
-               "TAOTOKEN_BASE_URL": server.base_url}
+    with truth_model(REPO / "data" / "sample_ground_truth.json", KEY) as env:
+        yield env
 
 
 @pytest.fixture(scope="module")
