@@ -657,13 +657,15 @@ class MistakeServer(ChatServer):
 
 
 @contextmanager
-def truth_model(manifest: Path, key: str, model: str = "truth-vlm", **chat: Any) -> Iterator[dict[str, str]]:
+def truth_model(manifest: Path, key: str, model: str = "truth-vlm", root: Path | None = None,
+                **chat: Any) -> Iterator[dict[str, str]]:
     """A `MistakeServer` making no mistakes on `manifest`'s pages (log-probabilities accepted, none returned);
     yields the environment that points a run's `openai` backend at it. For tests whose subject is what a run does
     around the reading (Prefect, Dask, shards, canaries, the UI), not the embedded reader: its runs are as real,
-    without loading the reader and reading every page with it. `chat`: more `ServerConfig` fields (latency...)."""
+    without loading the reader and reading every page with it. `root`: where the manifest's paths are (default
+    `manifest_root`); `chat`: more `ServerConfig` fields (latency...)."""
     config = MistakeConfig(logprobs="ignore", chat=ServerConfig(api_key=key, model=model, **chat))
-    with MistakeServer(manifest, Settings(), config) as server:
+    with MistakeServer(manifest, Settings(), config, root=root) as server:
         if server.unprepared:
             raise ValueError(f"pages idflow cannot prepare in {manifest}: {server.unprepared}")
         yield {"IDFLOW_BACKEND": "openai", "TAOTOKEN_API_KEY": key, "TAOTOKEN_MODEL": model,
