@@ -3,10 +3,10 @@ started here, the `extract-folder` flow against the test Prefect server. Every d
 workers produce rows, and a worker SIGKILLed in the middle of a batch loses and duplicates nothing.
 
 The pages are read by a loopback model answering from the generated set's truth, slowly enough (`LATENCY_S` an
-answer, one request at a time) that a batch is still running when both workers have produced rows: what is proven
-is Dask's side (distribution, a lost worker's batch rerun once), the same for every backend; the embedded reader
-loading in each worker and reading every page with it took minutes and proved nothing more. Every process is
-killed in `finally`.
+answer, one request at a time) that no batch is instant, so the flow, polling every 0.2 s, finds a worker mid-batch
+once both have produced rows. What is proven is Dask's side (distribution, a lost worker's batch rerun once), the
+same for every backend; the embedded reader loading in each worker and reading every page with it took minutes and
+proved nothing more. Every process is killed in `finally`.
 """
 
 from __future__ import annotations
