@@ -118,8 +118,8 @@ def test_two_workers_one_killed_mid_batch_nothing_lost_or_duplicated(
 
     def run() -> None:
         try:
-            outcome["summary"] = asyncio.run(extract_folder(str(documents), str(out), batch_size=2, concurrency=1,
-                                                            dask=address))
+            outcome["summary"] = asyncio.run(extract_folder(str(documents), str(out), backend="openai", batch_size=2,
+                                                            concurrency=1, dask=address))
         except BaseException as exc:  # reported by the assertion below
             outcome["error"] = exc
 
