@@ -4,10 +4,7 @@ nobody did yet; the Prefect UI shows the run's summary artifact in headless Chro
 The upload folders are named with an ID number, which stays masked in everything Prefect and the processes keep
 (one stack proves both: a second server, serve and watch doing the same runs cost the suite a minute).
 
-The runs read through a loopback model answering from the sample's ground truth (tests/support/mistake_server.py):
-what is proven is the operations around a run, the same for every backend; the embedded reader loading in each run
-process and reading its pages took half of the file's time. Slow (server start, run processes): generous timeouts;
-every process is killed in `finally`.
+Slow (server start, OCR runs): generous timeouts; every process is killed in `finally`.
 """
 
 from __future__ import annotations
@@ -25,12 +22,14 @@ from typing import Any
 
 import pytest
 
-from flows.watch import STATE_NAME
 from pipeline.ingest.inbox import LEDGER_DIR, LEDGER_NAME
 from pipeline.ingest.sources import folder_reference, resolve
 from pipeline.store.parquet import RESULTS, RUNS, run_input_dir
+from flows.watch import STATE_NAME
+from pipeline.ingest.inbox import LEDGER_DIR, LEDGER_NAME
+from pipeline.ingest.sources import folder_reference, resolve
+from pipeline.store.parquet import RESULTS, RUNS
 from tests.support.browser import Browser, BrowserBinaries
-from tests.support.mistake_server import truth_model
 from tests.support.paths import REPO
 from tests.support.prefect_server import Stack, prefect_server, wait_for
 
@@ -39,7 +38,6 @@ PRC = "320106197701013454"  # a valid PRC resident ID number (check digit 4), in
 MASKED = "3201**********3454"
 FIRST, SECOND = f"scans_{PRC}", f"batch_{PRC}_b"  # the on-upload run's folder, then nightly's
 PERSONAL = ("results", "failures", "review", "sources")  # OUT's files documented as holding personal data
-KEY = "sk-ops-e2e-94b1d0"
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -52,12 +50,9 @@ class OpsStack(Stack):
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpsStack]:
-    """The server, and the model endpoint in the environment of every process the stack starts."""
     tmp = tmp_path_factory.mktemp("ops")
     (tmp / "inbox").mkdir()
-    with truth_model(REPO / "data" / "sample_ground_truth.json", KEY) as model, \
-            prefect_server(tmp, OpsStack, inbox=tmp / "inbox", out=tmp / "out") as stack:
-        stack.env.update(model)
+    with prefect_server(tmp, OpsStack, inbox=tmp / "inbox", out=tmp / "out") as stack:
         yield stack
 
 
@@ -91,7 +86,7 @@ class UploadRun:
 @pytest.fixture(scope="module")
 def upload_run(stack: OpsStack) -> UploadRun:
     """serve + watch, one upload folder: the on-upload run it triggers, finished."""
-    stack.idflow("serve", "serve", "--inbox", str(stack.inbox), "--out", str(stack.out), "--backend", "openai")
+    stack.idflow("serve", "serve", "--inbox", str(stack.inbox), "--out", str(stack.out), "--backend", "ocr")
 
     async def served(client) -> bool:
         deployment = await client.read_deployment_by_name("extract-folder/on-upload")
@@ -143,7 +138,7 @@ def test_upload_folder_triggers_one_completed_run_with_outputs_and_artifacts(sta
     assert "progress" in {a.type for a in artifacts}
 
     run = stack.call(lambda c: c.read_flow_run(upload_run.flow_run_id))
-    assert {"backend:openai", "on-upload"} <= set(run.tags)
+    assert {"backend:ocr", "on-upload"} <= set(run.tags)
     state = json.loads((stack.inbox / STATE_NAME).read_text())
     assert list(state["announced"]) == [FIRST]
     time.sleep(5)  # a second announcement would have started a second run by now
@@ -215,7 +210,7 @@ def test_retry_failures_deployment_runs_under_the_request_limit(stack: OpsStack,
     not retryable, so it resolves nothing and retries nothing)."""
     from prefect.deployments import run_deployment
 
-    limit = stack.call(lambda c: c.read_global_concurrency_limit_by_name("idflow-requests-openai"))
+    limit = stack.call(lambda c: c.read_global_concurrency_limit_by_name("idflow-requests-ocr"))
     assert limit.limit == 8
 
     async def go(_client) -> Any:
