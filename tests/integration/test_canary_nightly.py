@@ -1,7 +1,11 @@
 """Drift canaries on a real Prefect server (`prefect server start`): the nightly flow reads the canary folder with
 its backend; a canary whose manifest disagrees with its documents emits `idflow.canary.degraded`, read back
 through the Prefect API, and a healthy one emits none. Canary documents never reach OUT's results or a run's
-accounting, and neither the event nor the artifact carries a value read."""
+accounting, and neither the event nor the artifact carries a value read.
+
+The backend is a loopback model answering from the sample's ground truth (tests/support/mistake_server.py): the
+canary works the same for every backend, and the embedded reader's reading of these pages is
+test_flow_extract's subject (reading them here again, five times, was most of this file's time)."""
 
 from __future__ import annotations
 
@@ -17,12 +21,14 @@ import pytest
 from pipeline.ingest.discover import sha256_file
 from pipeline.ops.canary import CANARY_DIR, CANARY_EVENT
 from pipeline.store.parquet import RESULTS, RUNS, read_table
+from tests.support.mistake_server import truth_model
 from tests.support.paths import REPO
 from tests.support.prefect_server import Stack, prefect_server, wait_for
 
 SAMPLE = REPO / "data" / "sample"
-CANARY = ("passport_td3.jpg", "id_card_td1.jpg")  # read right by the embedded backend (test_flow_extract)
+CANARY = ("passport_td3.jpg", "id_card_td1.jpg")  # read right by the embedded backend too (test_flow_extract)
 UPLOAD = "cn_front.jpg"
+KEY = "sk-canary-3c9e2f"
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -51,13 +57,19 @@ def canary_folder(folder: Path, *, wrong: bool) -> tuple[Path, list[str]]:
     return folder, values
 
 
+@pytest.fixture(scope="module")
+def model() -> Iterator[dict[str, str]]:
+    with truth_model(REPO / "data" / "sample_ground_truth.json", KEY) as env:
+        yield env
+
+
 def run_nightly(stack: Stack, inbox: Path, out: Path) -> dict[str, Any]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.nightly import nightly
 
     with temporary_settings({PREFECT_API_URL: stack.api}):
-        return asyncio.run(nightly(str(inbox), str(out)))
+        return asyncio.run(nightly(str(inbox), str(out), backend="openai"))
 
 
 def canary_events(stack: Stack) -> list[dict[str, Any]]:
@@ -81,7 +93,9 @@ def canary_artifacts(stack: Stack) -> list[str]:
 
 
 def test_a_canary_whose_answers_drift_emits_the_event_and_a_healthy_one_none(
-        stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        stack: Stack, model: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in model.items():
+        monkeypatch.setenv(name, value)
     inbox, out = tmp_path / "inbox", tmp_path / "out"
     (inbox / "batch-001").mkdir(parents=True)
     shutil.copy(SAMPLE / UPLOAD, inbox / "batch-001" / UPLOAD)
@@ -93,7 +107,7 @@ def test_a_canary_whose_answers_drift_emits_the_event_and_a_healthy_one_none(
     first = run_nightly(stack, inbox, out)
     assert first["done"] == ["batch-001"]
     assert first["canary"]["accuracy"] == 1.0 and not first["canary"]["degraded"], first["canary"]
-    assert first["canary"]["documents"] == len(CANARY) and first["canary"]["backend"] == "ocr"
+    assert first["canary"]["documents"] == len(CANARY) and first["canary"]["backend"] == "openai"
     # The canary's documents are not results, and the folder's run counted its own files only (and the marker).
     stored = {r["sha256"] for r in read_table(out, RESULTS, ["sha256"]).to_pylist()}
     assert stored == {sha256_file(SAMPLE / UPLOAD)}
@@ -113,7 +127,7 @@ def test_a_canary_whose_answers_drift_emits_the_event_and_a_healthy_one_none(
     runs = {json.loads(p.read_text("utf-8"))["degraded"]: p.stem for p in (out / CANARY_DIR).glob("*.json")}
     assert set(runs) == {False, True}
     (event,) = events
-    assert event["event"] == CANARY_EVENT and event["resource"]["prefect.resource.id"] == "idflow.canary.ocr"
+    assert event["event"] == CANARY_EVENT and event["resource"]["prefect.resource.id"] == "idflow.canary.openai"
     assert event["payload"]["flow_run_id"] == runs[True] != runs[False]
     assert event["payload"]["accuracy"] == canary["accuracy"] and event["payload"]["min_accuracy"] == 0.95
     assert {r["prefect.resource.id"] for r in event["related"]} >= {f"prefect.flow-run.{runs[True]}"}

@@ -2,7 +2,11 @@
 started here, the `extract-folder` flow against the test Prefect server. Every document is processed once, both
 workers produce rows, and a worker SIGKILLed in the middle of a batch loses and duplicates nothing.
 
-Slow (embedded OCR, ~1-2 s a page on two shared cores); every process is killed in `finally`.
+The pages are read by a loopback model answering from the generated set's truth, slowly enough (`LATENCY_S` an
+answer, one request at a time) that no batch is instant, so the flow, polling every 0.2 s, finds a worker mid-batch
+once both have produced rows. What is proven is Dask's side (distribution, a lost worker's batch rerun once), the
+same for every backend; the embedded reader loading in each worker and reading every page with it took minutes and
+proved nothing more. Every process is killed in `finally`.
 """
 
 from __future__ import annotations
@@ -22,23 +26,36 @@ from flows.limits import ensure_request_limit, request_limit_name
 from pipeline.ingest.discover import skip_reason
 from pipeline.store.parquet import FAILURES, RESULTS, read_table
 from synth.sample_set import build_eval
+from tests.support.mistake_server import truth_model
 from tests.support.prefect_server import Stack, wait_for
 
 pytestmark = pytest.mark.timeout(900)
 
 DASK = str(Path(sys.executable).parent / "dask")
+KEY = "sk-dask-8d04a7"
+LATENCY_S = 0.3  # a batch of two pages takes 0.6 s at least, while the flow polls every 0.2 s
 
 
 @pytest.fixture
 def documents(tmp_path: Path) -> Path:
     folder = tmp_path / "in"
     build_eval(folder, 16, 7)
-    (folder / "manifest.json").unlink()  # ground truth, not a scan
+    (folder / "manifest.json").rename(tmp_path / "manifest.json")  # ground truth, not a scan
     return folder
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, prefect_api: str) -> Iterator[tuple[Stack, str]]:
+def model(documents: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The model endpoint in this process's environment (the flow's), which the workers started after it share:
+    a worker whose settings differ from the flow's refuses the batch."""
+    with truth_model(tmp_path / "manifest.json", KEY, root=documents, latency_s=LATENCY_S) as env:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        yield
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, prefect_api: str, model: None) -> Iterator[tuple[Stack, str]]:
     """Scheduler on a free port (written to a scheduler file) and workers w1, w2 as separate process groups.
     Workers need the Prefect API (the task engine runs inside them) and read the same IDFLOW_* settings."""
     import os
@@ -79,12 +96,12 @@ def request_limit(prefect_api: str) -> Iterator[None]:
     test so other tests in the session (concurrency 4) are not capped by it."""
     from prefect.client.orchestration import get_client
 
-    asyncio.run(ensure_request_limit("ocr", 2))
+    asyncio.run(ensure_request_limit("openai", 2))
     yield
 
     async def remove() -> None:
         async with get_client() as client:
-            await client.delete_global_concurrency_limit_by_name(request_limit_name("ocr"))
+            await client.delete_global_concurrency_limit_by_name(request_limit_name("openai"))
 
     asyncio.run(remove())
 
@@ -101,8 +118,8 @@ def test_two_workers_one_killed_mid_batch_nothing_lost_or_duplicated(
 
     def run() -> None:
         try:
-            outcome["summary"] = asyncio.run(extract_folder(str(documents), str(out), batch_size=2, concurrency=1,
-                                                            dask=address))
+            outcome["summary"] = asyncio.run(extract_folder(str(documents), str(out), backend="openai", batch_size=2,
+                                                            concurrency=1, dask=address))
         except BaseException as exc:  # reported by the assertion below
             outcome["error"] = exc
 

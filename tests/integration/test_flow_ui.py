@@ -1,6 +1,11 @@
 """A run you can watch: `idflow run data/sample` against a real `prefect server start` shows its batches as task runs
 with their counts (read through the API and seen in headless Chromium), and no artifact of the run holds a full
-name or document number (the Parquet results, which may, are the reference)."""
+name or document number (the Parquet results, which may, are the reference).
+
+The runs read the sample through a loopback model answering each page from the sample's ground truth
+(tests/support/mistake_server.py, no mistakes): what is proven here is the run's Prefect side, its last lines and the
+UI, the same for every backend; the embedded reader's runs of the sample are tested in test_flow_extract.py (reading
+the 15 pages with it twice here took most of four minutes)."""
 
 from __future__ import annotations
 
@@ -19,22 +24,32 @@ import pytest
 from pipeline.store.parquet import RESULTS, RUNS
 from tests.support.browser import Browser, BrowserBinaries
 from tests.support.idflow_process import idflow, run_env
+from tests.support.mistake_server import truth_model
 from tests.support.paths import REPO
 from tests.support.prefect_server import Stack, prefect_server, wait_for
 
 BATCH = 4
+KEY = "sk-flow-ui-5e1d8b"
 
 pytestmark = pytest.mark.timeout(1500)
 
 
 @pytest.fixture(scope="module")
-def watched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str, Path]]:
+def model() -> Iterator[dict[str, str]]:
+    """A loopback OpenAI-compatible endpoint answering every sample page from its ground truth; yields the
+    environment that points a run's `openai` backend at it."""
+    with truth_model(REPO / "data" / "sample_ground_truth.json", KEY) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def watched(tmp_path_factory: pytest.TempPathFactory, model: dict[str, str]) -> Iterator[tuple[Stack, str, Path]]:
     tmp = tmp_path_factory.mktemp("ui")
     with prefect_server(tmp) as stack:
         out = tmp / "out"
         done = subprocess.run([sys.executable, "-m", "idflow", "run", str(REPO / "data" / "sample"), "--out", str(out)],
-                              env={**stack.env, "IDFLOW_BATCH_SIZE": str(BATCH)}, cwd=tmp, capture_output=True,
-                              text=True, timeout=1200)
+                              env={**stack.env, **model, "IDFLOW_BATCH_SIZE": str(BATCH)}, cwd=tmp,
+                              capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         (summary,) = [json.loads(p.read_text()) for p in (out / RUNS).glob("*.json")]
         yield stack, summary["run_id"], out
@@ -104,12 +119,12 @@ LINK = re.compile(r"View at (http://127\.0\.0\.1:\d+/runs/flow-run/([0-9a-f-]{36
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str, Path]]:
+def local_run(tmp_path_factory: pytest.TempPathFactory, model: dict[str, str]) -> Iterator[tuple[str, str, str, Path]]:
     """The quick start as a new user runs it: no Prefect API configured, so idflow starts its local server, which
     stays up after the run (its idle time) for the link the run printed. Yields (the command's own output, link,
     flow run id, Prefect home)."""
     tmp = tmp_path_factory.mktemp("local-ui")
-    env = run_env(tmp, IDFLOW_PREFECT_SERVER_IDLE_S="900", IDFLOW_BATCH_SIZE=str(BATCH))
+    env = run_env(tmp, IDFLOW_PREFECT_SERVER_IDLE_S="900", IDFLOW_BATCH_SIZE=str(BATCH), **model)
     try:
         done = subprocess.run([sys.executable, "-m", "idflow", "run", str(REPO / "data" / "sample"), "--out",
                                str(tmp / "out")], env=env, cwd=tmp, capture_output=True, text=True, timeout=1200)

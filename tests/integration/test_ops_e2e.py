@@ -22,13 +22,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.ingest.inbox import LEDGER_DIR, LEDGER_NAME
-from pipeline.ingest.sources import folder_reference, resolve
-from pipeline.store.parquet import RESULTS, RUNS, run_input_dir
 from flows.watch import STATE_NAME
 from pipeline.ingest.inbox import LEDGER_DIR, LEDGER_NAME
 from pipeline.ingest.sources import folder_reference, resolve
-from pipeline.store.parquet import RESULTS, RUNS
+from pipeline.store.parquet import RESULTS, RUNS, run_input_dir
 from tests.support.browser import Browser, BrowserBinaries
 from tests.support.paths import REPO
 from tests.support.prefect_server import Stack, prefect_server, wait_for

@@ -1,8 +1,10 @@
 """Sharded fan-out: the planning and retry logic on their own, then end to end under a real `prefect server`
 on loopback with a process work pool and two `prefect worker` processes running the shards.
 
-The end-to-end test is slow (server start, a subprocess per shard, embedded OCR); every process is killed in
-`finally`.
+The end-to-end test reads the pages through a loopback model answering from the generated set's truth: its
+subject is the fan-out (shards, pool workers, accounting, reruns), the same for every backend; the embedded reader
+loading in every shard's process and reading each page took most of its time. It is still slow (server start, a
+subprocess per shard); every process is killed in `finally`.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from pipeline.ingest.discover import Discovery
 from pipeline.run.tally import RunTally
 from pipeline.store.parquet import FAILURES, RESULTS, read_table
 from synth.sample_set import build_eval
+from tests.support.mistake_server import truth_model
 from tests.support.prefect_server import BIN, REPO, Stack, prefect_server
 
 POOL = "idflow-shards"
+KEY = "sk-sharded-61fa2c"
 
 
 def test_plan_puts_each_file_in_one_shard_and_counts_the_rest(sample_dir: Path, tmp_path: Path) -> None:
@@ -81,11 +85,32 @@ deployments:
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Server, a process work pool, the `extract-folder/shard` deployment and two workers (one run each)."""
+def documents(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated set with a duplicate in a later shard; its manifest (the truth) beside the folder."""
+    folder = tmp_path_factory.mktemp("sharded-docs") / "in"
+    build_eval(folder, 8, 7)
+    (folder / "manifest.json").rename(folder.parent / "manifest.json")
+    shutil.copy(folder / "e0001_td2_blur.jpg", folder / "zz_copy.jpg")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model(documents: Path) -> Iterator[dict[str, str]]:
+    """The model endpoint, in this process's environment (the parent run's settings must be the shards')."""
+    with truth_model(documents.parent / "manifest.json", KEY, root=documents) as env, \
+            pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        yield env
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory, model: dict[str, str]) -> Iterator[Stack]:
+    """Server, a process work pool, the `extract-folder/shard` deployment and two workers (one run each), the
+    workers' shard runs reading through `model`."""
     tmp = tmp_path_factory.mktemp("sharded")
     with prefect_server(tmp) as stack:
-        stack.env["PREFECT_WORKER_QUERY_SECONDS"] = "2"
+        stack.env.update(model, PREFECT_WORKER_QUERY_SECONDS="2")
         prefect_file = tmp / "prefect.yaml"
         prefect_file.write_text(SHARD_DEPLOYMENT_YAML.format(repo=REPO, pool=POOL))
         for cmd in ([str(BIN / "prefect"), "work-pool", "create", POOL, "--type", "process"],
@@ -105,16 +130,14 @@ def _sharded(stack: Stack, folder: Path, out: Path) -> dict[str, Any]:
     from flows.sharded import extract_sharded
 
     with temporary_settings({PREFECT_API_URL: stack.api}):
-        return asyncio.run(extract_sharded(str(folder), str(out), shard_size=4, parallel_shards=4,
-                                           poll_interval=2))
+        return asyncio.run(extract_sharded(str(folder), str(out), backend="openai", shard_size=4,
+                                           parallel_shards=4, poll_interval=2))
 
 
 @pytest.mark.timeout(1200)
-def test_shards_run_on_two_pool_workers_accounted_without_duplicates(pool: Stack, tmp_path: Path) -> None:
-    folder = tmp_path / "in"
-    build_eval(folder, 8, 7)
-    (folder / "manifest.json").unlink()
-    shutil.copy(folder / "e0001_td2_blur.jpg", folder / "zz_copy.jpg")  # a duplicate in a later shard
+def test_shards_run_on_two_pool_workers_accounted_without_duplicates(pool: Stack, documents: Path,
+                                                                    tmp_path: Path) -> None:
+    folder = documents
     out = tmp_path / "out"
     items = sum(1 for _ in Discovery(folder).items())
 

@@ -76,6 +76,8 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -652,6 +654,23 @@ class MistakeServer(ChatServer):
             logprobs = token_logprobs(text, marks, cfg.logprob_model, random.Random(f"{cfg.seed}:{sha}:logprobs"),
                                       top)
         return Reply(fields=fields, content=text, logprobs=logprobs)
+
+
+@contextmanager
+def truth_model(manifest: Path, key: str, model: str = "truth-vlm", root: Path | None = None,
+                **chat: Any) -> Iterator[dict[str, str]]:
+    """A `MistakeServer` making no mistakes on `manifest`'s pages (log-probabilities accepted, none returned);
+    yields the environment that points a run's `openai` backend at it, with the embedded second reading off. For
+    tests whose subject is what a run does around the reading (Prefect, Dask, shards, canaries, the UI), not the
+    embedded reader: their runs are as real, without loading the reader in every run process and reading pages with
+    it (the second reading has tests of its own). `root`: where the manifest's paths are (default `manifest_root`);
+    `chat`: more `ServerConfig` fields (latency...)."""
+    config = MistakeConfig(logprobs="ignore", chat=ServerConfig(api_key=key, model=model, **chat))
+    with MistakeServer(manifest, Settings(), config, root=root) as server:
+        if server.unprepared:
+            raise ValueError(f"pages idflow cannot prepare in {manifest}: {server.unprepared}")
+        yield {"IDFLOW_BACKEND": "openai", "TAOTOKEN_API_KEY": key, "TAOTOKEN_MODEL": model,
+               "TAOTOKEN_BASE_URL": server.base_url, "IDFLOW_OPENAI_CROSSCHECK": "false"}
 
 
 def main(argv: list[str] | None = None) -> None:
