@@ -6,11 +6,11 @@ which a busy machine exceeds, it is stopped by an `atexit` hook (a run killed wi
 running), and every run paid its start-up: importing Prefect's server app alone takes 6-8 s on two cores, which
 made the fixed cost of `idflow run` 11-13 s. This one
 - is started before Prefect is imported in the run's process, so a first start overlaps the run's imports;
-- stays up for `IDFLOW_PREFECT_SERVER_IDLE_S` (a setting: 600 s; the wish of the run that joined last) after the last run
-  that used it ended, however that run ended (each run holds a shared `flock` on the lease file while it uses the
-  server; the kernel drops it when the run dies, SIGKILL included), so the next run starts in the time of its own
-  imports; 0 stops it as soon as the last run ends; `idflow stop-server` stops it now, and refuses while runs
-  use it unless `--force`;
+- stays up for `IDFLOW_PREFECT_SERVER_IDLE_S` (a setting: 600 s; the wish of the run that joined last) after the
+  last run that used it ended, however that run ended (each run holds a shared `flock` on the lease file while it
+  uses the server; the kernel drops it when the run dies, SIGKILL included), so the next run starts in the time of
+  its own imports; 0 stops it as soon as the last run ends; `idflow stop-server` stops it now, and refuses while
+  runs use it unless `--force`;
 - is one per Prefect home, server settings (the `PREFECT_*` environment) and Python environment, so runs with
   another database never share it, and two runs started together start one server, not two (a file lock); a run
   that joined a server which then went away before answering starts a new one;

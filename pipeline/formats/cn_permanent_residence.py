@@ -10,8 +10,8 @@ Numbers (National Immigration Administration, 2023 machine-readable rules for th
   ISO 7064 MOD 11-2 check character, computed as for the 公民身份号码.
 Both embed the birth date, so a number is valid only if that date exists and is not in the future.
 
-As a registered format (`FORMAT`): the PRC Foreign Permanent Resident ID Card (外国人永久居留身份证, 2017 and 2023 models): recognised by its
-title, read by label; the card number carries its own check character (`cn_permanent_residence`).
+As a registered format (`FORMAT`): the PRC Foreign Permanent Resident ID Card (外国人永久居留身份证, 2017 and 2023 models):
+recognised by its title, read by label; the card number carries its own check character (`cn_permanent_residence`).
 
 Registered before the resident ID card: its title also says 中华人民共和国.
 """

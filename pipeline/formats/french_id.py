@@ -12,7 +12,8 @@ The zone carries no expiry date: the card prints "Carte valable jusqu'au : DD.MM
 validity is not computed from the issue month (10 years, extended to 15 for some cards by a 2014 decree
 without any change to the card): a value the card does not show is never stored.
 
-As a registered format (`FORMAT`): the 1988-2021 French national identity card: its own 2x36 zone (not ICAO TD2), read as an `id_card`.
+As a registered format (`FORMAT`): the 1988-2021 French national identity card: its own 2x36 zone (not ICAO TD2),
+read as an `id_card`.
 
 The zone carries no expiry date: the back's "valable jusqu'au" date is read instead, else the expiry is
 absent (front only) or unreadable (back shown, date not legible). Never derived from the issue month.

@@ -14,10 +14,10 @@ Shapes (upper case, no spaces):
 - ESP: the support number (3 letters + 6 digits, "NUM SOPORT"), the one the back's zone carries as the
   document number.
 
-As a registered format (`FORMAT`): the front of a national identity card whose zone is on the back (FR 2021, DE,
-NL, IT, ES): recognised by its issuer's title words and at least one name label, read by label (surname and
-given names together, the number in its issuer's shape, the expiry a real date). No check vouches for these
-values: they stay at heuristic confidence (evidence class `printed`), below the auto-accept threshold.
+As a registered format (`FORMAT`): the front of a national identity card whose zone is on the back (FR 2021, DE, NL,
+IT, ES): recognised by its issuer's title words and at least one name label, read by label (surname and given names
+together, the number in its issuer's shape, the expiry a real date). No check vouches for these values: they stay at
+heuristic confidence (evidence class `printed`), below the auto-accept threshold.
 
 Registered before `printed`, which would read the same page without the issuer's number shape.
 """

@@ -144,7 +144,8 @@ class Calibration:
 
     @classmethod
     def load(cls, path: Path | None = None) -> Calibration:
-        text = path.read_text(encoding="utf-8") if path else files("pipeline.trust").joinpath(TABLE_NAME).read_text("utf-8")
+        shipped_file = files("pipeline.trust").joinpath(TABLE_NAME)
+        text = path.read_text(encoding="utf-8") if path else shipped_file.read_text("utf-8")
         return cls.from_dict(json.loads(text))
 
     @property

@@ -42,9 +42,11 @@ def sha(page: PreparedImage) -> str:
 
 
 def settings_for(server: ChatServer | str, **overrides: Any) -> OpenAISettings:
+    """The client's settings against `server`; the embedded second reading is off unless a test turns it on: this
+    file is about the HTTP client (tests/integration/test_vlm_crosscheck.py is about the second reading)."""
     base = server.base_url if isinstance(server, ChatServer) else server
     values: dict[str, Any] = dict(base_url=base, api_key=KEY, model="test-vlm", timeout_s=2.0, max_attempts=3,
-                                  backoff_base_s=0.01, backoff_max_s=0.05, breaker_threshold=50)
+                                  backoff_base_s=0.01, backoff_max_s=0.05, breaker_threshold=50, crosscheck=False)
     return OpenAISettings(**{**values, **overrides})
 
 

@@ -33,8 +33,9 @@ KEY = "sk-errors-5d1c9e7a3b8f2640"
 
 
 def _env(tmp: Path, chat: ChatServer, **extra: str) -> dict[str, str]:
+    """A run through the loopback model; the embedded second reading is off (this file is about errors)."""
     return run_env(tmp, IDFLOW_BACKEND="openai", TAOTOKEN_API_KEY=KEY, TAOTOKEN_MODEL="test-vlm",
-                   TAOTOKEN_BASE_URL=chat.base_url, **extra)
+                   TAOTOKEN_BASE_URL=chat.base_url, IDFLOW_OPENAI_CROSSCHECK="false", **extra)
 
 
 def _api_env(tmp: Path, api: str, chat: ChatServer | None = None, **extra: str) -> dict[str, str]:

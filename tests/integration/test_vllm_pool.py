@@ -76,8 +76,9 @@ def pool_settings(state_dir: Path, **overrides: object) -> VllmSettings:
 
 
 def request_settings(**overrides: object) -> OpenAISettings:
+    # the embedded second reading is off: this file is about routing (test_vlm_crosscheck.py is about the reading)
     values: dict[str, object] = dict(base_url="http://unused.invalid", api_key=KEY, model=MODEL, timeout_s=3.0,
-                                     max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.05)
+                                     max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.05, crosscheck=False)
     return OpenAISettings(**{**values, **overrides})
 
 
