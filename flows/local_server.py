@@ -246,7 +246,7 @@ class BackgroundServer:
         self.port = 0
         self._error: ServerStartError | None = None  # found on the way in, told by `wait`
         self.ui = ui  # the server serves Prefect's UI too
-        self._idle_wish = idle_s  # how long the server stays up after the last run, as this command wishes
+        self._idle_s = idle_s  # how long the server stays up after the last run, as this command wishes
         self._folder = server_dir(self.ui)
         self._lease: IO[str] | None = None
         self._settings = ExitStack()
@@ -263,7 +263,7 @@ class BackgroundServer:
     @property
     def idle_s(self) -> float:
         """How long the server stays up after the last run lets go of it (the last joining run's wish)."""
-        return _idle_wish(self._folder, self._idle_wish)
+        return _idle_wish(self._folder, self._idle_s)
 
     @property
     def _log(self) -> Path:
@@ -288,7 +288,7 @@ class BackgroundServer:
     def _join(self) -> None:
         """Hold the lease, then use the running server or start one. The lease comes first: a server that is
         stopping holds it exclusively and removes its state before letting go, so what is read after it is true."""
-        idle = self._idle_wish
+        idle = self._idle_s
         self._folder.mkdir(parents=True, exist_ok=True)
         with _file_lock(self._folder / "start.lock"):
             self._lease = _open_lease(self._folder)
