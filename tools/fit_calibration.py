@@ -19,7 +19,8 @@ field becomes one observation (evidence class with the doc type and checks it co
 wrong: values are never written). Per class, pool-adjacent-violators gives the isotonic step function from raw
 score to the share of right values, each step mapped to the lower end of its 95% Wilson interval
 (`pipeline.trust.fit`); the script prints and the table stores per class the observations, the right count
-and the 95% interval. `--observations` appends the observations (JSON lines) page by page, so an interrupted run
+and the 95% interval. A class with fewer than 300 observations (`--min-observations`) stays capped at the
+unseen cap, below the auto-accept threshold. `--observations` appends the observations (JSON lines) page by page, so an interrupted run
 resumes and a refit from them (`--from-observations`, with `--reclass` after a change to the evidence classes)
 needs no OCR as long as the raw readings did not change. The table is keyed for the embedded backend (`key`:
 backend, OCR model id, no prompt). Use tuning seeds only: evaluating on the seeds the table was fitted on would
@@ -45,7 +46,7 @@ from pipeline.ingest.discover import sha256_file  # noqa: E402
 from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise  # noqa: E402
 from pipeline.prepare import prepare_page  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
-from pipeline.trust.fit import fit  # noqa: E402
+from pipeline.trust.fit import SHIPPED_MIN_OBSERVATIONS, fit  # noqa: E402
 from pipeline.trust.rules import DISAGREEMENT_CAP  # noqa: E402
 from pipeline.trust.table import Calibration, evidence_class  # noqa: E402
 
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("pipeline/trust/calibration_table.json"))
     ap.add_argument("--today", type=date.fromisoformat, default=date.today())
     ap.add_argument("--limit", type=int, default=None, help="read only the first N pages of each manifest")
+    ap.add_argument("--min-observations", type=int, default=SHIPPED_MIN_OBSERVATIONS,
+                    help="a class with fewer observations stays capped at the unseen cap (default: %(default)s)")
     args = ap.parse_args(argv)
     if not args.manifests and not args.from_observations and not args.from_report:
         ap.error("give tuning manifests, --from-observations or --from-report")
@@ -162,13 +165,14 @@ def main(argv: list[str] | None = None) -> int:
                 observations += observe(manifest, args.today, args.limit, sink, done)
     if args.reclass:
         observations = reclass(observations)
-    table = fit(observations, key=OCR_KEY)
+    table = fit(observations, key=OCR_KEY, min_observations=args.min_observations)
     args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     print(f"{len(observations)} observations from {', '.join(table['fitted_on'])}; per class: observations, right, "
           "95% Wilson interval of the share right, then the steps raw->confidence(observations)")
     for name, c in table["classes"].items():
         low, high = c["interval95"]
-        print(f"{name:38s} n={c['observations']:5d} right={c['right_total']:5d} [{low:.4f}, {high:.4f}]  " + "  ".join(
+        print(f"{name:38s} n={c['observations']:5d} right={c['right_total']:5d} [{low:.4f}, {high:.4f}]"
+              f"{' capped' if c['capped'] else ''}  " + "  ".join(
             f"{e:.3f}->{v:.4f}({n})" for e, v, n in zip(c["edges"], c["values"], c["counts"])))
     for report in args.check_report:
         checked = check(Calibration.from_dict(table), report)

@@ -7,6 +7,9 @@
 
 The hard set (synth/hard.py: watermark, glare, hologram, dark phone photo, 512 px, motion blur, JPEG 15,
 moiré, occluded MRZ line, photos at 90/180/270, the zone alone) is tuning material: tune on seed 101, evaluate on 202.
+Opt-in conditions (`--conditions`) add what real captures show: a printed zone covered by callouts, stamps or
+specimen words, an infrared reader image, glare over the printed fields, 600 px scans, booklet spreads, camera
+previews, thumbnails, a zone at 90°; `--kinds cn_back_long_term` makes the rare 长期 card backs in quantity.
 
 The output is a pure function of (--set, --count, --seed): re-running gives byte-identical files.
 The sample set writes ground_truth.json, the eval set manifest.json (same shape plus "condition").

@@ -6,6 +6,11 @@ raised only as far as its observations vouch for, so a class seen 40 times right
 passing the documented threshold 0.95 takes at least 73 observations with none wrong (`wilson`). Every class
 also states its observations, how many were right and the 95% interval of its share right. Used by
 `tools/fit_calibration.py` (the shipped embedded table) and by `idflow calibrate` (a user's own table).
+
+The shipped table also asks each class for `SHIPPED_MIN_OBSERVATIONS` observations before any of its steps may
+go above `UNSEEN_CAP` (`min_observations`): a class seen fewer times on generated tuning pages says too little
+about how it does on a scanner's pages, whatever its interval, so it stays capped like a class never seen, and
+the table says so (`capped`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import math
 from typing import Any
 
 UNSEEN_CAP = 0.9
+SHIPPED_MIN_OBSERVATIONS = 300  # a shipped class seen fewer times stays capped at UNSEEN_CAP
 Z95 = 1.959964  # two-sided 95%
 
 
@@ -44,9 +50,10 @@ def isotonic(points: list[tuple[float, bool]]) -> list[tuple[float, int, int]]:
     return [(b[0], int(b[1]), int(b[2])) for b in blocks]
 
 
-def fit(observations: list[dict], key: dict[str, Any] | None = None) -> dict:
+def fit(observations: list[dict], key: dict[str, Any] | None = None, min_observations: int = 0) -> dict:
     """The table for `observations` (dicts with `class`, `raw`, `correct`, `manifest`); `key` (backend, model,
-    prompt) says what it was fitted for."""
+    prompt) says what it was fitted for. A class with fewer than `min_observations` keeps its steps at or below
+    `UNSEEN_CAP` (`capped`)."""
     classes: dict[str, list[tuple[float, bool]]] = {}
     for o in observations:
         classes.setdefault(o["class"], []).append((float(o["raw"]), bool(o["correct"])))
@@ -57,13 +64,18 @@ def fit(observations: list[dict], key: dict[str, Any] | None = None) -> dict:
         for _, right, seen in blocks:
             best = max(best, wilson(right, seen)[0])  # the lower ends need not rise: keep the curve monotone
             values.append(math.floor(best * 10000) / 10000)  # rounded down: never above what was measured
+        capped = len(points) < min_observations
+        if capped:
+            values = [min(v, UNSEEN_CAP) for v in values]
         right = sum(b[1] for b in blocks)
         low, high = wilson(right, len(points))
         table[name] = {"edges": [0.0] + [b[0] for b in blocks[1:]], "values": values,
                        "counts": [b[2] for b in blocks], "right": [b[1] for b in blocks],
                        "observations": len(points), "right_total": right,
-                       "interval95": [round(low, 4), round(high, 4)]}
+                       "interval95": [round(low, 4), round(high, 4)], "capped": capped}
     return {"version": 2, **({"key": key} if key is not None else {}), "unseen_cap": UNSEEN_CAP,
-            "value_rule": "lower end of the 95% Wilson interval of each isotonic step's share right",
+            "min_observations": min_observations,
+            "value_rule": "lower end of the 95% Wilson interval of each isotonic step's share right; a class with "
+                          "fewer than min_observations stays at or below unseen_cap",
             "fitted_on": sorted({f"{o['manifest']}" for o in observations}),
             "observations": len(observations), "classes": table}

@@ -3,6 +3,8 @@ report."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,55 @@ def test_shipped_table_is_monotone_and_bounded():
         assert list(curve.values) == sorted(curve.values), name
         assert all(0.0 <= v < 1.0 for v in curve.values), name
         assert list(curve.edges) == sorted(curve.edges), name
+
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / "pipeline" / "trust" / "calibration_table.json"
+OBSERVATIONS = REPO / "data" / "calibration_observations.jsonl"
+THRESHOLD = 0.95  # the documented auto-accept threshold
+
+
+def _field_observations() -> list[dict]:
+    rows = [json.loads(x) for x in OBSERVATIONS.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return [o for o in rows if o.get("field") is not None]
+
+
+def test_the_shipped_table_states_the_observations_it_was_fitted_on():
+    """Each class's stated observations, right count and interval are those of the committed observations, and
+    refitting them gives the shipped curves."""
+    table = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    observations = _field_observations()
+    seen = Counter(o["class"] for o in observations)
+    right = Counter(o["class"] for o in observations if o["correct"])
+    assert table["observations"] == len(observations)
+    assert {k: c["observations"] for k, c in table["classes"].items()} == dict(seen)
+    for name, c in table["classes"].items():
+        assert sum(c["counts"]) == c["observations"] and sum(c["right"]) == c["right_total"] == right[name], name
+        low, high = fit_calibration.wilson(right[name], seen[name])
+        assert c["interval95"] == [round(low, 4), round(high, 4)], name
+    refit = fit_calibration.fit(observations, key=table["key"], min_observations=table["min_observations"])
+    assert refit["classes"] == table["classes"]
+    assert table["min_observations"] == fit_calibration.SHIPPED_MIN_OBSERVATIONS
+
+
+def test_every_class_that_passes_the_threshold_was_seen_300_times():
+    table = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    passing = {k: c for k, c in table["classes"].items() if max(c["values"]) >= THRESHOLD}
+    assert passing, "no class of the shipped table reaches the threshold"
+    for name, c in passing.items():
+        assert c["observations"] >= fit_calibration.SHIPPED_MIN_OBSERVATIONS and not c["capped"], name
+    for name, c in table["classes"].items():
+        if c["observations"] < fit_calibration.SHIPPED_MIN_OBSERVATIONS:
+            assert c["capped"] and max(c["values"]) <= table["unseen_cap"] < THRESHOLD, name
+
+
+def test_a_class_seen_too_few_times_stays_capped():
+    obs = [{"class": "name/mrz.name_vs_printed_none", "raw": 0.9, "correct": True, "manifest": "t"}] * 120
+    free = fit_calibration.fit(obs)["classes"]["name/mrz.name_vs_printed_none"]
+    capped = fit_calibration.fit(obs, min_observations=300)["classes"]["name/mrz.name_vs_printed_none"]
+    assert free["values"][-1] > THRESHOLD and not free["capped"]
+    assert capped["values"][-1] == fit_calibration.UNSEEN_CAP and capped["capped"]
+    assert capped["observations"] == 120 and capped["interval95"] == free["interval95"]
 
 
 def _result(confidence: float, right: bool) -> ItemResult:
