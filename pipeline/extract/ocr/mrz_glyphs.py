@@ -52,10 +52,13 @@ class GlyphModel:
     b2: np.ndarray
 
     def probabilities(self, cells: np.ndarray) -> np.ndarray:
-        """Each cell's probability of each symbol of `ALPHABET` (cells: k x CELL_H x CELL_W, ink 0..1)."""
+        """Each cell's probability of each symbol of `ALPHABET` (cells: k x CELL_H x CELL_W, ink 0..1).
+
+        In numpy's own loops (`einsum`), not BLAS: a product this small in BLAS wakes its thread pool, which the
+        OCR's still-spinning threads keep waiting (tens of ms a call under load, against ~2 ms on one core)."""
         x = cells.reshape(len(cells), -1).astype(np.float32) - 0.5
-        hidden = np.maximum(x @ self.w1 + self.b1, 0.0)
-        logits = hidden @ self.w2 + self.b2
+        hidden = np.maximum(np.einsum("ij,jk->ik", x, self.w1, optimize=False) + self.b1, 0.0)
+        logits = np.einsum("ij,jk->ik", hidden, self.w2, optimize=False) + self.b2
         logits -= logits.max(axis=1, keepdims=True)
         e = np.exp(logits)
         return e / e.sum(axis=1, keepdims=True)
@@ -88,7 +91,7 @@ class LineRead:
 def ink_strip(rgb: np.ndarray) -> np.ndarray:
     """A row's strip as ink (float 0..1, print bright): the slowly varying background divided out (glare, a
     tint), the darkest print 1. The max channel, since ink is dark in every channel and foil is not."""
-    gray = rgb.max(axis=2) if rgb.ndim == 3 else rgb
+    gray = cv2.max(cv2.max(rgb[:, :, 0], rgb[:, :, 1]), rgb[:, :, 2]) if rgb.ndim == 3 else rgb
     k = 2 * (gray.shape[0] // 2) + 1
     background = cv2.morphologyEx(gray, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
     ink = 1.0 - gray.astype(np.float32) / np.maximum(background.astype(np.float32), 1.0)
@@ -144,14 +147,12 @@ def cell_grid(ink: np.ndarray, band: tuple[int, int], n: int) -> tuple[float, fl
     if not _MIN_PITCH * height * n <= width <= _MAX_PITCH * height * (n - 1):
         return None
     profile = ink[top:bottom].sum(axis=0)
-    best: tuple[float, float, float] | None = None
-    for pitch in np.linspace(width / n, width / (n - 1), 24):
-        for start in np.linspace(right - n * pitch, left, 16):
-            edges = start + pitch * np.arange(n + 1)
-            cost = float(np.interp(edges, np.arange(len(profile)), profile).mean())
-            if best is None or cost < best[0]:
-                best = (cost, float(start), float(pitch))
-    return None if best is None else (best[1], best[2])
+    pitch = np.linspace(width / n, width / (n - 1), 24)[:, None]  # candidate pitches x candidate starts
+    start = right - n * pitch + (left - right + n * pitch) * np.linspace(0.0, 1.0, 16)[None, :]
+    edges = start[..., None] + pitch[..., None] * np.arange(n + 1)
+    cost = np.interp(edges, np.arange(len(profile)), profile).mean(axis=2)
+    i, j = np.unravel_index(int(cost.argmin()), cost.shape)
+    return float(start[i, j]), float(pitch[i, 0])
 
 
 def cut_cell(ink: np.ndarray, band: tuple[int, int], left: float, pitch: float) -> np.ndarray:
