@@ -38,7 +38,7 @@ from pipeline.extract.ocr.backend import OcrBackend  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
 from pipeline.datamodel import DocumentRef, Failure  # noqa: E402
 from pipeline.extract.ocr import backend as ocr  # noqa: E402
-from pipeline.extract.ocr import cn_number_reread, name_reread
+from pipeline.extract.ocr import cn_number_reread, mrz_glyphs, name_reread
 from pipeline.extract.ocr.backend import OcrBackend  # noqa: E402
 from pipeline.ingest.discover import sha256_file  # noqa: E402
 from pipeline.ops.evaluation import load_manifest  # noqa: E402
@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "MRZ re-reading (incl. a zone at 90°)": Timed(ocr, "second_reading"),
         "PRC number line": Timed(cn_number_reread, "second_reading"),
         "printed name lines": Timed(name_reread, "reread_name"),
+        "zone name by a second reader (glyphs)": Timed(mrz_glyphs, "with_name_check"),
     }
     backend, settings = OcrBackend(calibrated=False, today=date.today()), Settings()
     read_seconds: list[float] = []
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         ran = len(timed.seconds)
         line = f"{name}: ran on {ran} of {pages} pages ({ran / pages:.0%}), changed the reading of {timed.changed}"
         if ran:
-            line += (f"; {statistics.median(timed.seconds):.2f} s median, {statistics.mean(timed.seconds):.2f} s "
+            line += (f"; {statistics.median(timed.seconds):.3f} s median, {statistics.mean(timed.seconds):.3f} s "
                      f"mean a page it ran on; {sum(timed.seconds) / total:.1%} of the whole reading time")
         print(line)
     if bare_seconds:

@@ -48,6 +48,11 @@ _SAME_NAME_RATIO = 0.8
 NAME_EXTENDED_CHECK = "cross.name_printed_extends_mrz"
 # Failed (a disagreement) when the name is the zone's respelled as the page prints it (`_respelled_as_printed`).
 NAME_RESPELLED_CHECK = "cross.name_respelled_as_printed"
+# Passed (in `checks`) when a second reader of another method (`extract.ocr.mrz_glyphs`, a per-cell glyph
+# classifier) reads the zone's name line as the first reader did; failed when it reads another name. Only asked
+# where the printed zone does not confirm the name: two independent readers agreeing is evidence that does not
+# depend on how the page was captured; disagreeing, one of them is wrong and a person decides (`disagreements`).
+NAME_TWO_READERS_CHECK = "mrz.name_two_readers"
 # A zone name word and a printed word this alike may be one word, one side misread (TAOHAIK / TAOHAN, a blurred
 # N read as IK); the recogniser's letter probabilities say which side: unsure of a zone letter (below
 # `_UNSURE_LETTER`) and sure of every printed one (at least `_SURE_LETTER`).
@@ -106,7 +111,7 @@ class ZoneFormat(FormatDefaults):
     expiry_cross_checked = False  # the expiry has no check digit of its own: the printed expiry must agree
     refuting_checks = {"mrz.number": "id_number"}
     # the zone and the printed zone disagree on the field
-    disagreements = {"cross.name_mrz_vs_viz": "name", NAME_RESPELLED_CHECK: "name",
+    disagreements = {"cross.name_mrz_vs_viz": "name", NAME_RESPELLED_CHECK: "name", NAME_TWO_READERS_CHECK: "name",
                      "cross.number_mrz_vs_viz": "id_number", "cross.expiry_mrz_vs_viz": "expiry_date"}
 
     def find_zone(self, rows: list[str], today: date) -> ZoneFields | None:
@@ -139,7 +144,11 @@ class ZoneFormat(FormatDefaults):
 
 
 def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | None:
-    """The calibration class of a field read from a zone (any `mrz.*` check passed or failed), else None."""
+    """The calibration class of a field read from a zone (any `mrz.*` check passed or failed), else None.
+
+    A name the printed zone confirms keeps its own class; one it does not confirm but a second reader of the zone
+    reads alike is `mrz.name_two_readers`, and one the second reader reads otherwise
+    `mrz.name_two_readers_disagree` (a disagreement: capped, never auto-accepted)."""
     def verdict(check: str) -> str:
         return "passed" if check in checks else "failed" if check in failures else "none"
 
@@ -148,6 +157,9 @@ def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | N
     name_source = "mrz.name_debris" if NAME_FILLERS_CHECK in failures else \
         "mrz.name_respelled" if NAME_RESPELLED_CHECK in failures else \
         "mrz.name_printed_longer" if NAME_EXTENDED_CHECK in checks else \
+        "mrz.name_vs_printed_passed" if "cross.name_mrz_vs_viz" in checks else \
+        "mrz.name_two_readers" if NAME_TWO_READERS_CHECK in checks else \
+        "mrz.name_two_readers_disagree" if NAME_TWO_READERS_CHECK in failures else \
         "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz")
     return {"name": name_source,
             "id_number": "mrz.number_unconfirmed" if NUMBER_UNCONFIRMED_CHECK in failures else

@@ -37,6 +37,20 @@ def test_the_orientation_model_is_in_the_package_with_the_hash_its_provenance_gi
     assert expected.group(1) in (model.parent / "README.md").read_text(encoding="utf-8")
 
 
+def test_the_glyph_model_is_in_the_package_with_the_hash_its_provenance_gives() -> None:
+    """The zone glyph reader's model is committed and its README (provenance, training command) names its SHA-256,
+    so a retrained or damaged file is noticed; it loads without pickle."""
+    import hashlib
+
+    from pipeline.extract.ocr import mrz_glyphs
+
+    model = PACKAGE / "extract" / "ocr" / "models" / mrz_glyphs.MODEL_FILE
+    readme = (model.parent / "README.md").read_text(encoding="utf-8")
+    assert hashlib.sha256(model.read_bytes()).hexdigest() in readme
+    assert "tools/train_mrz_glyphs.py" in readme and (REPO / "tools" / "train_mrz_glyphs.py").is_file()
+    assert mrz_glyphs.shipped() is not None
+
+
 def test_every_install_command_goes_through_the_constraints_file_which_pins_every_direct_dependency() -> None:
     """The README's two commands, `.ci/run` and `.ci/check_wheel` install through `constraints.txt`, and it pins
     each dependency of the package and of the `test` extra exactly, inside the range `pyproject.toml` allows (a

@@ -17,6 +17,9 @@ first pass, so it runs only on those pages. A PRC ID's number that is unreadable
 the same way from its own line (`cn_number_reread`), also turned 180° when the direction was unsure.
 Why it may read the printed name once more: on a dark or small page whose name is unreadable or unconfirmed,
 `name_reread` re-recognises only the printed name lines, upscaled and re-contrasted (a few line recognitions).
+Why a zone name may be read by a second reader: a name has no check digit; where the printed zone does not confirm
+it, `mrz_glyphs` reads its zone line again cell by cell with a glyph classifier of its own (another method than
+the recogniser's), and the two readings agreeing or not is recorded as a check (a few milliseconds a page).
 Why a zone-only image is resized first: a cut-out MRZ touches the frame and its characters are often small;
 `zone_only` gives it the character height and margin the detector and recogniser read well (cost: one resize).
 """
@@ -34,7 +37,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline.datamodel import Extraction, Failure, PreparedImage
-from pipeline.extract.ocr import cn_number_reread, mrz_reread, name_reread, page_read, rapidocr_stages, zone_only
+from pipeline.extract.ocr import (
+    cn_number_reread,
+    mrz_glyphs,
+    mrz_reread,
+    name_reread,
+    page_read,
+    rapidocr_stages,
+    zone_only,
+)
 from pipeline.extract.registry import OCR, ocr_model_id
 from pipeline.formats.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, read_document
 from pipeline.formats.lines import filler_rich
@@ -92,6 +103,10 @@ def read_page(pixels: np.ndarray, today: date, *, try_flipped: bool = True,
     # unreadable or unconfirmed (`name_reread`)
     if name_reread.needs_reread(reading) and name_reread.poor_capture(pixels, capture_long_edge):
         reading = name_reread.reread_name(pixels, lines, reading, today, recognise_line)
+    # a zone name the printed zone does not confirm: read its line once more by another method, cell by cell
+    # (`mrz_glyphs`); the two readers agreeing or not is evidence of its own
+    if mrz_glyphs.wanted(reading):
+        reading = mrz_glyphs.with_name_check(pixels, lines, reading)
     return reading, rotation
 
 

@@ -1,0 +1,324 @@
+"""A second reader of a machine-readable zone line that works otherwise than the page's recogniser: cut the line
+into its fixed number of character cells and classify each cell alone.
+
+Why: an MRZ name has no check digit, so when the printed zone does not confirm it nothing but the recogniser's
+own score vouches for it, and that score means different things on a scanner's page and a phone's. The zone is
+one monospaced font (OCR-B) at a fixed pitch and fixed line lengths (TD1 30, TD2 36, TD3 44), from an alphabet
+of 37 symbols; a per-cell classifier trained on glyphs the project renders itself (`tools/train_mrz_glyphs.py`,
+shipped as `models/mrz_glyphs.npz` with its provenance) shares neither the recogniser's sequence model nor its
+training data. Two readers that work differently and read the same name are evidence that does not depend on
+how the page was captured.
+
+How: the row (located from the first pass's boxes by `mrz_reread`) is cut out straightened; the ink extent of
+its text holds exactly `n` cells, and the pitch and phase are the ones whose cell boundaries cross the least ink
+(OCR-B keeps its glyphs apart). Each cell is cut with a little of its neighbours, normalised to a fixed size and
+contrast, and classified at three small offsets; the surest one counts. Inference is a two-layer perceptron in
+numpy (a few matrix products per line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+
+import cv2
+import numpy as np
+
+from pipeline.extract.ocr.mrz_reread import Row, locate_rows, refine, strip
+from pipeline.formats.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, zone_boxes_of
+from pipeline.formats.mrz import NAME_FILLERS_CHECK, TO_ALPHA, clean_ocr_line
+from pipeline.formats.zone import NAME_RESPELLED_CHECK, NAME_TWO_READERS_CHECK
+
+ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789<"
+LETTERS = np.array([c.isalpha() or c == "<" for c in ALPHABET])  # what a name position may hold
+CELL_W, CELL_H = 20, 28  # a cell as the classifier sees it
+_SHIFTS = (-0.15, 0.0, 0.15)  # of a pitch: the local search around each cell's place
+_WIDEN = 0.1  # of a pitch, on each side: a cell is cut with a little of its neighbours
+_MIN_PITCH, _MAX_PITCH = 0.45, 1.4  # a zone's pitch over its text height: ICAO 9303 OCR-B ~1.05, a mono font ~0.8
+MODEL_FILE = "mrz_glyphs.npz"
+
+
+@dataclass(frozen=True, slots=True)
+class GlyphModel:
+    """A two-layer perceptron over a cell's normalised pixels: `w1` (features x hidden), `w2` (hidden x 37)."""
+
+    w1: np.ndarray
+    b1: np.ndarray
+    w2: np.ndarray
+    b2: np.ndarray
+
+    def probabilities(self, cells: np.ndarray) -> np.ndarray:
+        """Each cell's probability of each symbol of `ALPHABET` (cells: k x CELL_H x CELL_W, ink 0..1).
+
+        In numpy's own loops (`einsum`), not BLAS: a product this small in BLAS wakes its thread pool, which the
+        OCR's still-spinning threads keep waiting (tens of ms a call under load, against ~2 ms on one core)."""
+        x = cells.reshape(len(cells), -1).astype(np.float32) - 0.5
+        hidden = np.maximum(np.einsum("ij,jk->ik", x, self.w1, optimize=False) + self.b1, 0.0)
+        logits = np.einsum("ij,jk->ik", hidden, self.w2, optimize=False) + self.b2
+        logits -= logits.max(axis=1, keepdims=True)
+        e = np.exp(logits)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def save(self, path) -> None:
+        np.savez_compressed(path, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2,
+                            alphabet=np.array(list(ALPHABET)))
+
+
+@cache
+def shipped() -> GlyphModel | None:
+    """The shipped model, or None when the file is missing (the second reading then adds nothing)."""
+    resource = files("pipeline.extract.ocr").joinpath("models", MODEL_FILE)
+    if not resource.is_file():
+        return None
+    with resource.open("rb") as fh, np.load(fh, allow_pickle=False) as data:
+        if "".join(data["alphabet"]) != ALPHABET:
+            raise ValueError(f"{MODEL_FILE}: its alphabet is not {ALPHABET!r}")
+        return GlyphModel(*(data[k].astype(np.float32) for k in ("w1", "b1", "w2", "b2")))
+
+
+@dataclass(frozen=True, slots=True)
+class LineRead:
+    """A line read cell by cell: its text and each cell's probability of the symbol read."""
+
+    text: str
+    probabilities: tuple[float, ...]
+
+
+def ink_strip(rgb: np.ndarray) -> np.ndarray:
+    """A row's strip as ink (float 0..1, print bright): the slowly varying background divided out (glare, a
+    tint), the darkest print 1. The max channel, since ink is dark in every channel and foil is not."""
+    gray = cv2.max(cv2.max(rgb[:, :, 0], rgb[:, :, 1]), rgb[:, :, 2]) if rgb.ndim == 3 else rgb
+    k = 2 * (gray.shape[0] // 2) + 1
+    background = cv2.morphologyEx(gray, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
+    ink = 1.0 - gray.astype(np.float32) / np.maximum(background.astype(np.float32), 1.0)
+    top = float(np.percentile(ink, 99.5))
+    return np.clip(ink / top, 0.0, 1.0) if top > 0.05 else np.zeros_like(ink)
+
+
+def _text_band(ink: np.ndarray) -> tuple[int, int] | None:
+    """The rows the text spans: those with at least a fifth of the busiest row's ink, around the middle."""
+    profile = (ink > 0.5).sum(axis=1).astype(np.float32)
+    if profile.max() <= 0:
+        return None
+    on = np.flatnonzero(profile >= profile.max() / 5)
+    middle = len(profile) // 2
+    start = stop = int(on[np.argmin(np.abs(on - middle))])
+    while start > 0 and profile[start - 1] >= profile.max() / 5:
+        start -= 1
+    while stop < len(profile) - 1 and profile[stop + 1] >= profile.max() / 5:
+        stop += 1
+    return (start, stop + 1) if stop - start >= 6 else None
+
+
+def _text_extent(columns: np.ndarray, height: int) -> tuple[int, int] | None:
+    """The zone line's first and last inked column: the widest run of inked columns whose gaps are narrower
+    than a text height (the gap beside a narrow glyph, a 1 or an I, is narrower; the edge of a card or a printed
+    word beside the zone is farther)."""
+    inked = np.flatnonzero(columns > 0)
+    if len(inked) == 0:
+        return None
+    runs, start = [], inked[0]
+    for a, b in zip(inked, inked[1:]):
+        if b - a > height:
+            runs.append((start, a))
+            start = b
+    runs.append((start, inked[-1]))
+    left, right = max(runs, key=lambda r: r[1] - r[0])
+    return int(left), int(right) + 1
+
+
+def cell_grid(ink: np.ndarray, band: tuple[int, int], n: int) -> tuple[float, float] | None:
+    """The first cell's left edge and the pitch of a line of `n` cells: the text's extent holds the glyphs of
+    `n` cells (between n-1 and n pitches), and of those layouts the one whose cell boundaries cross the least
+    ink wins. None when the extent cannot be `n` characters of a zone's proportions."""
+    top, bottom = band
+    height = bottom - top
+    columns = (ink[top:bottom] > 0.5).sum(axis=0).astype(np.float32)
+    columns[columns < 2] = 0  # specks
+    extent = _text_extent(columns, height)
+    if extent is None:
+        return None
+    left, right = extent
+    width = right - left
+    if not _MIN_PITCH * height * n <= width <= _MAX_PITCH * height * (n - 1):
+        return None
+    profile = ink[top:bottom].sum(axis=0)
+    pitch = np.linspace(width / n, width / (n - 1), 24)[:, None]  # candidate pitches x candidate starts
+    start = right - n * pitch + (left - right + n * pitch) * np.linspace(0.0, 1.0, 16)[None, :]
+    edges = start[..., None] + pitch[..., None] * np.arange(n + 1)
+    cost = np.interp(edges, np.arange(len(profile)), profile).mean(axis=2)
+    i, j = np.unravel_index(int(cost.argmin()), cost.shape)
+    return float(start[i, j]), float(pitch[i, 0])
+
+
+def cut_cell(ink: np.ndarray, band: tuple[int, int], left: float, pitch: float) -> np.ndarray:
+    """One cell (from `left`, one pitch wide, a little of each neighbour), resized to CELL_W x CELL_H and
+    scaled so its darkest ink is 1."""
+    top, bottom = band
+    pad_y = max(1, round(0.08 * (bottom - top)))
+    x0 = left - _WIDEN * pitch
+    x1 = left + (1 + _WIDEN) * pitch
+    sx = (x1 - x0) / CELL_W
+    sy = (bottom - top + 2 * pad_y) / CELL_H
+    m = np.array([[sx, 0, x0], [0, sy, top - pad_y]], dtype=np.float32)
+    cell = cv2.warpAffine(ink, m, (CELL_W, CELL_H), flags=cv2.INTER_AREA | cv2.WARP_INVERSE_MAP,
+                          borderMode=cv2.BORDER_CONSTANT, borderValue=0.0)
+    peak = float(cell.max())
+    return cell / peak if peak > 0.2 else cell
+
+
+def line_cells(ink: np.ndarray, n: int) -> tuple[np.ndarray, int] | None:
+    """Every cell of a line of `n` characters at each offset of `_SHIFTS` (n*len(_SHIFTS) x CELL_H x CELL_W,
+    cell-major), or None when the strip cannot be cut into `n` cells."""
+    band = _text_band(ink)
+    if band is None:
+        return None
+    grid = cell_grid(ink, band, n)
+    if grid is None:
+        return None
+    start, pitch = grid
+    cells = [cut_cell(ink, band, start + i * pitch + s * pitch, pitch) for i in range(n) for s in _SHIFTS]
+    return np.stack(cells), len(_SHIFTS)
+
+
+def classify(model: GlyphModel, cells: np.ndarray, shifts: int, allowed: np.ndarray | None) -> LineRead:
+    """Each cell's symbol: at each of its offsets the most probable symbol (among `allowed` per position, a
+    boolean position x symbol mask), and of the offsets the surest."""
+    p = model.probabilities(cells).reshape(-1, shifts, len(ALPHABET))
+    if allowed is not None:
+        p = p * allowed[:, None, :]
+        p = p / np.maximum(p.sum(axis=2, keepdims=True), 1e-9)
+    best = p.max(axis=2)  # positions x shifts
+    pick = best.argmax(axis=1)
+    symbols = p[np.arange(len(p)), pick].argmax(axis=1)
+    return LineRead("".join(ALPHABET[i] for i in symbols), tuple(float(x) for x in best[np.arange(len(p)), pick]))
+
+
+def read_strip(rgb: np.ndarray, n: int, allowed: np.ndarray | None = None,
+               model: GlyphModel | None = None) -> LineRead | None:
+    """A straightened row strip (RGB, as `mrz_reread.strip` cuts it) read as `n` cells; None when it cannot be
+    cut into `n` cells or no model is shipped."""
+    model = model or shipped()
+    if model is None:
+        return None
+    cut = line_cells(ink_strip(rgb), n)
+    if cut is None:
+        return None
+    return classify(model, *cut, allowed)
+
+
+def read_row(pixels: np.ndarray, row: Row, n: int, allowed: np.ndarray | None = None) -> LineRead | None:
+    """One zone row of the page (RGB) read cell by cell: re-centred on its ink (`mrz_reread.refine`), cut out
+    straightened, and read as `n` cells."""
+    row = refine(pixels, row, max_growth=1.4)
+    return read_strip(strip(pixels, row), n, allowed)
+
+
+def name_mask(n: int, first: int) -> np.ndarray:
+    """Positions x symbols: letters and fillers only from position `first` on (the name field), anything
+    before."""
+    mask = np.ones((n, len(ALPHABET)), dtype=bool)
+    mask[first:] = LETTERS
+    return mask
+
+
+
+# --------------------------------------------------------------------------- the second reading of a zone name
+
+_ZONE_FORMAT = "icao_mrz"  # ICAO 9303 layouts: the name field's place is fixed (TD1 line 3, else line 1 from 5)
+
+
+def wanted(reading: DocumentReading) -> bool:
+    """Whether a reading's name is worth a second reader: an ICAO zone's name present that the printed zone
+    does not confirm (no name cross-check passed, no printed extension) and that is the zone's own spelling
+    (not respelled as printed, no debris among its fillers: those classes stand as they are)."""
+    if reading.format != _ZONE_FORMAT or reading.states.get("name") is None or \
+            reading.states["name"].state != "present":
+        return False
+    if {"cross.name_mrz_vs_viz", NAME_EXTENDED_CHECK} & set(reading.checks):
+        return False
+    own_spelling = not {NAME_RESPELLED_CHECK, NAME_FILLERS_CHECK} & set(reading.check_failures)
+    return own_spelling and any(c.startswith("mrz.") for c in reading.checks)
+
+
+def with_name_check(pixels: np.ndarray, lines: Sequence[OcrLine], reading: DocumentReading) -> DocumentReading:
+    """The reading with `NAME_TWO_READERS_CHECK` passed (the glyph reader reads the name line's name as the first
+    reader did), failed (it reads another), or unchanged (the line could not be found or cut into cells)."""
+    agrees = name_agrees(pixels, lines, reading.fields.get("name") or "")
+    if agrees is None:
+        return reading
+    if agrees:
+        return dataclasses.replace(reading, checks=[*reading.checks, NAME_TWO_READERS_CHECK])
+    return dataclasses.replace(reading, check_failures=[*reading.check_failures, NAME_TWO_READERS_CHECK])
+
+
+def name_agrees(pixels: np.ndarray, lines: Sequence[OcrLine], name: str) -> bool | None:
+    """Whether the glyph reader reads the zone's name line as the first reader did: the same surname and given
+    names (words and where the surname ends), and those the stored `name`. None when the first reader's name
+    line is not among the zone's rows or cannot be cut into cells."""
+    found = name_line(lines, name)
+    if found is None:
+        return None
+    boxes, width, first = found
+    row = _located_row(lines, boxes)
+    if row is None:
+        return None
+    read = read_row(pixels, row, width, name_mask(width, first))
+    if read is None:
+        return None
+    first_reader = _name_parts(_row_text(boxes)[first:].translate(TO_ALPHA))
+    second_reader = _name_parts(read.text[first:])
+    return second_reader == first_reader and " ".join(w for part in second_reader for w in part) == name
+
+
+def name_line(lines: Sequence[OcrLine], name: str) -> tuple[list[OcrLine], int, int] | None:
+    """The zone row that holds `name` (its boxes), the zone's line length and where the name field starts: a zone
+    of three rows is TD1 (30 characters, the name its third line), else two rows of 44 (TD3, MRV-A) or 36
+    characters (TD2, MRV-B) whose first line holds the name from its sixth character."""
+    rows = _zone_rows(lines)
+    surname = name.split()[0] if name.split() else ""
+    if len(rows) not in (2, 3) or not surname:
+        return None
+    index = 2 if len(rows) == 3 else 0
+    boxes = rows[index]
+    if surname not in _row_text(boxes).translate(TO_ALPHA):
+        return None
+    if len(rows) == 3:
+        return boxes, 30, 0
+    longest = max(len(_row_text(r)) for r in rows)
+    return boxes, 44 if longest >= 40 else 36, 5
+
+
+def _zone_rows(lines: Sequence[OcrLine]) -> list[list[OcrLine]]:
+    """The zone's boxes grouped into rows, top to bottom, each row's boxes left to right."""
+    rows: list[list[OcrLine]] = []
+    for box in sorted(zone_boxes_of(lines), key=lambda x: x.middle):
+        if rows and box.middle - rows[-1][-1].middle < 0.6 * box.height:
+            rows[-1].append(box)
+        else:
+            rows.append([box])
+    return [sorted(r, key=lambda x: x.left) for r in rows]
+
+
+def _row_text(boxes: Sequence[OcrLine]) -> str:
+    return "".join(clean_ocr_line(x.text, spaces_as_filler=False) for x in boxes)
+
+
+def _located_row(lines: Sequence[OcrLine], boxes: Sequence[OcrLine]) -> Row | None:
+    """The zone row (`mrz_reread.locate_rows`: the band's angle and full width) nearest the boxes' middle."""
+    located = locate_rows(lines)
+    if not located:
+        return None
+    middle = float(np.mean([x.middle for x in boxes]))
+    row = min(located, key=lambda r: abs(r.cy - middle))
+    return row if abs(row.cy - middle) < row.height else None
+
+
+def _name_parts(field_text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A name field's surname words and given-name words (split at the first `<<`, ICAO 9303)."""
+    surname, _, given = field_text.rstrip("<").partition("<<")
+    return tuple(w for w in surname.split("<") if w), tuple(w for w in given.split("<") if w)

@@ -1,0 +1,131 @@
+"""The zone's second reader (`pipeline.extract.ocr.mrz_glyphs`) on rendered zones and on the generated sample, and
+how its verdict maps to evidence and confidence."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+from pipeline.datamodel import Extraction, FieldReading
+from pipeline.extract.ocr import backend, mrz_glyphs
+from pipeline.extract.ocr.mrz_reread import locate_rows_by_shape
+from pipeline.formats.zone import NAME_TWO_READERS_CHECK, zone_evidence
+from pipeline.trust.rules import DISAGREEMENT_CAP
+from pipeline.trust.table import Calibration
+from tests.support.paths import REPO
+
+FONTS = {"ocrb": "/usr/share/fonts/opentype/ocr-b/OCRB.otf",
+         "dejavu_mono": "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf"}
+ZONES = [  # TD3 zones: the name line, then a data line (digits and letters)
+    ("P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10"),
+    ("P<D<<MUSTERMANN<<ERIKA<<<<<<<<<<<<<<<<<<<<<<", "C01X00T478D<<6408125F2702283<<<<<<<<<<<<<<<4"),
+    ("P<GBRQUINZE<VAN<DER<BERG<<JOZEF<XAVIER<<<<<<", "9876543214GBR9001017M3012315<<<<<<<<<<<<<<08"),
+    ("PMCHNWANG<<XU<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<", "E12345678HCHN8803056F3304219KJLMNPQRSTUVWY62"),
+]
+
+
+def render_zone(font: str, lines: tuple[str, ...], text_px: int, blur: float) -> np.ndarray:
+    """A page (RGB) with a zone's lines drawn at a fixed pitch, capitals about `text_px` high."""
+    f = ImageFont.truetype(FONTS[font], int(text_px / 0.72))
+    advance = f.getlength("M")
+    width, height = int(advance * 44 + 8 * text_px), int(text_px * (3 + 1.8 * len(lines)))
+    page = Image.new("RGB", (width, height), (246, 244, 238))
+    draw = ImageDraw.Draw(page)
+    for k, line in enumerate(lines):
+        for i, c in enumerate(line):
+            draw.text((4 * text_px + i * advance, 1.5 * text_px + k * 1.8 * text_px), c, font=f, fill=(20, 20, 20))
+    if blur:
+        page = page.filter(ImageFilter.GaussianBlur(blur))
+    return np.asarray(page)
+
+
+@pytest.mark.parametrize("font", sorted(FONTS))
+@pytest.mark.parametrize("text_px,blur", [(14, 0.0), (22, 0.8), (34, 1.2)])
+def test_rendered_zones_are_read_cell_by_cell(font: str, text_px: int, blur: float) -> None:
+    """Rendered zones found by their shape alone: at least 99% of characters right, every name line right."""
+    right = total = 0
+    for zone in ZONES:
+        page = render_zone(font, zone, text_px, blur)
+        rows = sorted(locate_rows_by_shape(page), key=lambda r: r.cy)
+        assert len(rows) == 2
+        name = mrz_glyphs.read_row(page, rows[0], 44, mrz_glyphs.name_mask(44, 5))
+        data = mrz_glyphs.read_row(page, rows[1], 44)
+        assert name is not None and name.text == zone[0], (name, zone[0])
+        assert data is not None
+        right += sum(a == b for a, b in zip(name.text + data.text, "".join(zone)))
+        total += 88
+    assert right / total >= 0.99, right / total
+
+
+def test_a_strip_that_is_not_a_zone_is_not_cut_into_cells() -> None:
+    """A strip whose ink cannot be n characters of a zone (a short word) gives no reading, not a guess."""
+    page = Image.new("RGB", (900, 80), (250, 250, 250))
+    ImageDraw.Draw(page).text((20, 20), "SPECIMEN", font=ImageFont.truetype(FONTS["ocrb"], 40), fill=(0, 0, 0))
+    assert mrz_glyphs.read_strip(np.asarray(page), 44) is None
+
+
+def test_the_sample_passport_name_line_is_read_as_its_truth() -> None:
+    """On the generated sample passport the second reader reads the zone's name line as the truth, and the
+    embedded reading's check records the two readers' agreement."""
+    truth = next(x for x in json.loads((REPO / "data" / "sample_ground_truth.json").read_text())
+                 if x["path"] == "passport_td3.jpg")
+    pixels = np.asarray(Image.open(REPO / "data" / "sample" / "passport_td3.jpg").convert("RGB"))
+    lines = backend.ocr_lines(pixels)
+    assert mrz_glyphs.name_agrees(pixels, lines, truth["name"]) is True
+    assert mrz_glyphs.name_agrees(pixels, lines, truth["name"] + " X") is False  # another name is no agreement
+    found = mrz_glyphs.name_line(lines, truth["name"])
+    assert found is not None
+    boxes, width, first = found
+    read = mrz_glyphs.read_row(pixels, mrz_glyphs._located_row(lines, boxes), width, mrz_glyphs.name_mask(width, 5))
+    assert read is not None
+    assert " ".join(w for part in mrz_glyphs._name_parts(read.text[first:]) for w in part) == truth["name"]
+
+
+def test_evidence_of_two_readers() -> None:
+    """Agreement is a class of its own where the printed zone does not confirm the name; a printed confirmation
+    keeps its class; disagreement is a class of its own too."""
+    zone = ["mrz.number", "mrz.birth", "mrz.expiry"]
+    assert zone_evidence("name", zone + [NAME_TWO_READERS_CHECK], []) == "mrz.name_two_readers"
+    assert zone_evidence("name", zone, [NAME_TWO_READERS_CHECK]) == "mrz.name_two_readers_disagree"
+    assert zone_evidence("name", zone + ["cross.name_mrz_vs_viz", NAME_TWO_READERS_CHECK], []) == \
+        "mrz.name_vs_printed_passed"
+    assert zone_evidence("name", zone, []) == "mrz.name_vs_printed_none"
+
+
+def _extraction(checks: list[str], failures: list[str]) -> Extraction:
+    return Extraction(ref="x", fields={"doc_type": "passport", "name": "ERIKSSON ANNA MARIA"}, backend="ocr",
+                      model="m", field_states={"name": FieldReading("ERIKSSON ANNA MARIA", "present", 0.99)},
+                      checks=checks, check_failures=failures)
+
+
+def test_two_readers_disagreeing_are_never_auto_accepted_whatever_a_table_says() -> None:
+    """The disagreement is capped below the auto-accept threshold even by a table that gives its class 0.999; the
+    agreement class, unseen by the shipped table, stays at the table's unseen cap until the table is refitted."""
+    classes = {"name/mrz.name_two_readers_disagree": {"edges": [0.0], "values": [0.999], "counts": [1000]},
+               "name/mrz.name_two_readers": {"edges": [0.0], "values": [0.999], "counts": [1000]}}
+    generous = Calibration.from_dict({"unseen_cap": 0.9, "classes": classes})
+    zone = ["mrz.number", "mrz.birth", "mrz.expiry"]
+    disagree = generous.apply(_extraction(zone, [NAME_TWO_READERS_CHECK]))
+    assert disagree.field_states["name"].confidence == DISAGREEMENT_CAP < 0.95
+    agree = generous.apply(_extraction(zone + [NAME_TWO_READERS_CHECK], []))
+    assert agree.field_states["name"].confidence == 0.999
+    shipped = backend.calibration.shipped()
+    assert "name/mrz.name_two_readers" not in shipped.curves
+    unseen = shipped.apply(_extraction(zone + [NAME_TWO_READERS_CHECK], []))
+    assert unseen.field_states["name"].confidence <= shipped.unseen_cap < 0.95
+
+
+def test_the_check_is_asked_only_where_the_printed_zone_did_not_confirm_the_name() -> None:
+    from pipeline.formats.document import DocumentReading
+
+    def reading(checks: list[str], failures: list[str] = ()) -> DocumentReading:
+        return DocumentReading("passport", "icao_mrz", {"name": "A B"}, {"name": FieldReading("A B", "present", 0.9)},
+                               checks, list(failures))
+
+    assert mrz_glyphs.wanted(reading(["mrz.number"]))
+    assert not mrz_glyphs.wanted(reading(["mrz.number", "cross.name_mrz_vs_viz"]))
+    assert not mrz_glyphs.wanted(reading(["mrz.number"], ["cross.name_respelled_as_printed"]))
+    assert not mrz_glyphs.wanted(reading([]))  # no zone decoded
