@@ -4,6 +4,7 @@ how its verdict maps to evidence and confidence."""
 from __future__ import annotations
 
 import json
+from datetime import date
 
 import numpy as np
 import pytest
@@ -129,3 +130,16 @@ def test_the_check_is_asked_only_where_the_printed_zone_did_not_confirm_the_name
     assert not mrz_glyphs.wanted(reading(["mrz.number", "cross.name_mrz_vs_viz"]))
     assert not mrz_glyphs.wanted(reading(["mrz.number"], ["cross.name_respelled_as_printed"]))
     assert not mrz_glyphs.wanted(reading([]))  # no zone decoded
+
+
+def test_read_page_asks_the_second_reader_where_no_printed_zone_confirms_the_name() -> None:
+    """A zone alone (nothing printed beside it to confirm the name): the embedded reading records that the two
+    readers agree, and the name's class is the two readers'."""
+    from pipeline.trust.table import evidence_class
+
+    page = render_zone("ocrb", ZONES[0], 30, 0.6)
+    reading, _ = backend.read_page(page, date(2026, 1, 1), try_flipped=False)
+    assert reading.fields["name"] == "ERIKSSON ANNA MARIA"
+    assert NAME_TWO_READERS_CHECK in reading.checks
+    assert evidence_class("name", reading.doc_type, reading.checks, reading.check_failures) == \
+        "name/mrz.name_two_readers"
