@@ -14,7 +14,7 @@ from pipeline.datamodel import Extraction, FieldReading
 from pipeline.extract.ocr import backend, mrz_glyphs
 from pipeline.extract.ocr.mrz_reread import locate_rows_by_shape
 from pipeline.formats.zone import NAME_TWO_READERS_CHECK, zone_evidence
-from pipeline.trust.rules import DISAGREEMENT_CAP
+from pipeline.trust.rules import DISAGREEMENT_CAP, DISAGREES
 from pipeline.trust.table import Calibration
 from tests.support.paths import REPO
 
@@ -90,7 +90,7 @@ def test_evidence_of_two_readers() -> None:
     keeps its class; disagreement is a class of its own too."""
     zone = ["mrz.number", "mrz.birth", "mrz.expiry"]
     assert zone_evidence("name", zone + [NAME_TWO_READERS_CHECK], []) == "mrz.name_two_readers"
-    assert zone_evidence("name", zone, [NAME_TWO_READERS_CHECK]) == "mrz.name_two_readers_disagree"
+    assert zone_evidence("name", zone, [NAME_TWO_READERS_CHECK]) == "mrz.name_two_readers/" + DISAGREES
     assert zone_evidence("name", zone + ["cross.name_mrz_vs_viz", NAME_TWO_READERS_CHECK], []) == \
         "mrz.name_vs_printed_passed"
     assert zone_evidence("name", zone, []) == "mrz.name_vs_printed_none"
@@ -105,7 +105,7 @@ def _extraction(checks: list[str], failures: list[str]) -> Extraction:
 def test_two_readers_disagreeing_are_never_auto_accepted_whatever_a_table_says() -> None:
     """The disagreement is capped below the auto-accept threshold even by a table that gives its class 0.999; the
     agreement class, unseen by the shipped table, stays at the table's unseen cap until the table is refitted."""
-    classes = {"name/mrz.name_two_readers_disagree": {"edges": [0.0], "values": [0.999], "counts": [1000]},
+    classes = {"name/mrz.name_two_readers/disagrees": {"edges": [0.0], "values": [0.999], "counts": [1000]},
                "name/mrz.name_two_readers": {"edges": [0.0], "values": [0.999], "counts": [1000]}}
     generous = Calibration.from_dict({"unseen_cap": 0.9, "classes": classes})
     zone = ["mrz.number", "mrz.birth", "mrz.expiry"]
@@ -117,6 +117,9 @@ def test_two_readers_disagreeing_are_never_auto_accepted_whatever_a_table_says()
     assert "name/mrz.name_two_readers" not in shipped.curves
     unseen = shipped.apply(_extraction(zone + [NAME_TWO_READERS_CHECK], []))
     assert unseen.field_states["name"].confidence <= shipped.unseen_cap < 0.95
+    # a model's answer floored by an embedded reading whose two readers disagree gets no more than the cap either
+    assert generous.confidence("name/" + zone_evidence("name", zone, [NAME_TWO_READERS_CHECK]), 0.99) == \
+        DISAGREEMENT_CAP
 
 
 def test_the_check_is_asked_only_where_the_printed_zone_did_not_confirm_the_name() -> None:
