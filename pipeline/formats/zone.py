@@ -53,6 +53,10 @@ NAME_RESPELLED_CHECK = "cross.name_respelled_as_printed"
 # where the printed zone does not confirm the name: two independent readers agreeing is evidence that does not
 # depend on how the page was captured; disagreeing, one of them is wrong and a person decides (`disagreements`).
 NAME_TWO_READERS_CHECK = "mrz.name_two_readers"
+# The class of a name the two readers read otherwise. It ends in `/disagrees` (`trust.rules.DISAGREES`), so every
+# lookup of a confidence by class caps it (`trust.table.Calibration.confidence`), a model answer's floor from the
+# embedded reading included, whatever a table fits for it.
+TWO_READERS_DISAGREE = "mrz.name_two_readers/disagrees"
 # A zone name word and a printed word this alike may be one word, one side misread (TAOHAIK / TAOHAN, a blurred
 # N read as IK); the recogniser's letter probabilities say which side: unsure of a zone letter (below
 # `_UNSURE_LETTER`) and sure of every printed one (at least `_SURE_LETTER`).
@@ -147,8 +151,8 @@ def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | N
     """The calibration class of a field read from a zone (any `mrz.*` check passed or failed), else None.
 
     A name the printed zone confirms keeps its own class; one it does not confirm but a second reader of the zone
-    reads alike is `mrz.name_two_readers`, and one the second reader reads otherwise
-    `mrz.name_two_readers_disagree` (a disagreement: capped, never auto-accepted)."""
+    reads alike is `mrz.name_two_readers`, and one the second reader reads otherwise `TWO_READERS_DISAGREE` (a
+    disagreement: capped, never auto-accepted)."""
     def verdict(check: str) -> str:
         return "passed" if check in checks else "failed" if check in failures else "none"
 
@@ -159,7 +163,7 @@ def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | N
         "mrz.name_printed_longer" if NAME_EXTENDED_CHECK in checks else \
         "mrz.name_vs_printed_passed" if "cross.name_mrz_vs_viz" in checks else \
         "mrz.name_two_readers" if NAME_TWO_READERS_CHECK in checks else \
-        "mrz.name_two_readers_disagree" if NAME_TWO_READERS_CHECK in failures else \
+        TWO_READERS_DISAGREE if NAME_TWO_READERS_CHECK in failures else \
         "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz")
     return {"name": name_source,
             "id_number": "mrz.number_unconfirmed" if NUMBER_UNCONFIRMED_CHECK in failures else

@@ -4,6 +4,7 @@ how its verdict maps to evidence and confidence."""
 from __future__ import annotations
 
 import json
+from datetime import date
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from pipeline.datamodel import Extraction, FieldReading
 from pipeline.extract.ocr import backend, mrz_glyphs
 from pipeline.extract.ocr.mrz_reread import locate_rows_by_shape
 from pipeline.formats.zone import NAME_TWO_READERS_CHECK, zone_evidence
-from pipeline.trust.rules import DISAGREEMENT_CAP
+from pipeline.trust.rules import DISAGREEMENT_CAP, DISAGREES
 from pipeline.trust.table import Calibration
 from tests.support.paths import REPO
 
@@ -89,7 +90,7 @@ def test_evidence_of_two_readers() -> None:
     keeps its class; disagreement is a class of its own too."""
     zone = ["mrz.number", "mrz.birth", "mrz.expiry"]
     assert zone_evidence("name", zone + [NAME_TWO_READERS_CHECK], []) == "mrz.name_two_readers"
-    assert zone_evidence("name", zone, [NAME_TWO_READERS_CHECK]) == "mrz.name_two_readers_disagree"
+    assert zone_evidence("name", zone, [NAME_TWO_READERS_CHECK]) == "mrz.name_two_readers/" + DISAGREES
     assert zone_evidence("name", zone + ["cross.name_mrz_vs_viz", NAME_TWO_READERS_CHECK], []) == \
         "mrz.name_vs_printed_passed"
     assert zone_evidence("name", zone, []) == "mrz.name_vs_printed_none"
@@ -104,7 +105,7 @@ def _extraction(checks: list[str], failures: list[str]) -> Extraction:
 def test_two_readers_disagreeing_are_never_auto_accepted_whatever_a_table_says() -> None:
     """The disagreement is capped below the auto-accept threshold even by a table that gives its class 0.999; the
     agreement class, unseen by the shipped table, stays at the table's unseen cap until the table is refitted."""
-    classes = {"name/mrz.name_two_readers_disagree": {"edges": [0.0], "values": [0.999], "counts": [1000]},
+    classes = {"name/mrz.name_two_readers/disagrees": {"edges": [0.0], "values": [0.999], "counts": [1000]},
                "name/mrz.name_two_readers": {"edges": [0.0], "values": [0.999], "counts": [1000]}}
     generous = Calibration.from_dict({"unseen_cap": 0.9, "classes": classes})
     zone = ["mrz.number", "mrz.birth", "mrz.expiry"]
@@ -116,6 +117,9 @@ def test_two_readers_disagreeing_are_never_auto_accepted_whatever_a_table_says()
     assert "name/mrz.name_two_readers" not in shipped.curves
     unseen = shipped.apply(_extraction(zone + [NAME_TWO_READERS_CHECK], []))
     assert unseen.field_states["name"].confidence <= shipped.unseen_cap < 0.95
+    # a model's answer floored by an embedded reading whose two readers disagree gets no more than the cap either
+    assert generous.confidence("name/" + zone_evidence("name", zone, [NAME_TWO_READERS_CHECK]), 0.99) == \
+        DISAGREEMENT_CAP
 
 
 def test_the_check_is_asked_only_where_the_printed_zone_did_not_confirm_the_name() -> None:
@@ -129,3 +133,16 @@ def test_the_check_is_asked_only_where_the_printed_zone_did_not_confirm_the_name
     assert not mrz_glyphs.wanted(reading(["mrz.number", "cross.name_mrz_vs_viz"]))
     assert not mrz_glyphs.wanted(reading(["mrz.number"], ["cross.name_respelled_as_printed"]))
     assert not mrz_glyphs.wanted(reading([]))  # no zone decoded
+
+
+def test_read_page_asks_the_second_reader_where_no_printed_zone_confirms_the_name() -> None:
+    """A zone alone (nothing printed beside it to confirm the name): the embedded reading records that the two
+    readers agree, and the name's class is the two readers'."""
+    from pipeline.trust.table import evidence_class
+
+    page = render_zone("ocrb", ZONES[0], 30, 0.6)
+    reading, _ = backend.read_page(page, date(2026, 1, 1), try_flipped=False)
+    assert reading.fields["name"] == "ERIKSSON ANNA MARIA"
+    assert NAME_TWO_READERS_CHECK in reading.checks
+    assert evidence_class("name", reading.doc_type, reading.checks, reading.check_failures) == \
+        "name/mrz.name_two_readers"
