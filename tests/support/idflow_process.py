@@ -16,11 +16,13 @@ SERVER_MODULE = b"flows.local_server"
 
 def run_env(tmp: Path, **extra: str) -> dict[str, str]:
     """The environment of a run with no Prefect API configured and a Prefect home of its own under `tmp`; its
-    local server stops as soon as the last run using it ends, unless `extra` sets another idle time."""
+    local server stops as soon as the last run using it ends, unless `extra` sets another idle time. A model's
+    answers are not read again by the embedded OCR unless `extra` turns that on: these runs prove other things,
+    and the second reading (on by default) has tests of its own (`test_vlm_crosscheck.py`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "IDFLOW_", "TAOTOKEN_"))}
     return {**env, "PYTHONPATH": str(REPO), "PREFECT_HOME": str(tmp / "prefect-home"),
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PYTHONUNBUFFERED": "1", "COLUMNS": "200",
-            "IDFLOW_PREFECT_SERVER_IDLE_S": "0", **extra}
+            "IDFLOW_PREFECT_SERVER_IDLE_S": "0", "IDFLOW_OPENAI_CROSSCHECK": "false", **extra}
 
 
 def idflow(*args: str, env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
