@@ -152,12 +152,15 @@ async def alternate(pages: list[Page], blitzid: Blitzid, repeat: int) -> tuple[T
     return ours, theirs
 
 
-def report(label: str, tally: Tally, pages: int) -> None:
-    times = tally.seconds
-    print(f"{label:>16}: {pages} pages  median {statistics.median(times) * 1000:6.0f} ms  "
-          f"mean {statistics.mean(times) * 1000:6.0f} ms  all 3 right {pages - len(tally.not_all_right)}/{pages}  "
+def report(label: str, tally: Tally, pages: list[Page]) -> None:
+    times, kinds = tally.seconds, sorted({item.doc_type or "" for item, _ in pages})
+    print(f"{label:>16}: {len(pages)} pages  median {statistics.median(times) * 1000:6.0f} ms  "
+          f"mean {statistics.mean(times) * 1000:6.0f} ms  all 3 right {len(pages) - len(tally.not_all_right)}/{len(pages)}  "
           f"wrong values {len(tally.wrong)}" + (f"  no zone {len(tally.no_zone)}" if tally.no_zone else "")
           + f"  (n={len(times)})")
+    by_kind = {kind: [item.rel_path not in tally.not_all_right for item, _ in pages if item.doc_type == kind]
+               for kind in kinds}
+    print(f"{'all 3 right by':>16}: " + ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in by_kind.items()))
     if tally.not_all_right:
         print(f"{'not all right':>16}: {', '.join(sorted(tally.not_all_right))}")
     if tally.wrong:
@@ -178,8 +181,8 @@ def main() -> None:
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load avg {os.getloadavg()}")
     with blitzid_worker(args.blitzid_python) as blitzid:
         ours, theirs = asyncio.run(alternate(pages, blitzid, args.repeat))
-    report("idflow embedded", ours, len(pages))
-    report("blitzid", theirs, len(pages))
+    report("idflow embedded", ours, pages)
+    report("blitzid", theirs, pages)
     print(f"ratio of medians (blitzid / idflow): "
           f"{statistics.median(theirs.seconds) / statistics.median(ours.seconds):.2f}x  "
           f"load avg after {os.getloadavg()}")
