@@ -20,6 +20,10 @@ Figures, per reader:
   median / mean ms  wall time of one page, timed in the reader's own process. idflow: Engine.one on the page
                     (decode, orientation, budget resize, RapidOCR, MRZ parse, validation: what a run does per
                     page). blitzid: MRZReader.read(path) (decode, RapidOCR over the page, zone selection, checks).
+  CPU median        the reader's process CPU time over the same call (every thread). Wall time on one core
+                    depends on who else runs there: idflow sizes ONNX Runtime's pool to the allowed cores (one
+                    thread here), RapidOCR's defaults in blitzid size it to the machine's, so under a competing
+                    process on the same core blitzid's threads take more turns; CPU time does not depend on that.
   all 3 right       pages whose name, document number and expiry date all equal the manifest's truth on every
                     pass, compared as `python -m pipeline eval` compares (pipeline.ops.evaluation.normalise).
   wrong values      (page, field) pairs with a value present but not equal to the truth on some pass: what a
@@ -86,12 +90,14 @@ class Tally:
     """One reader's figures over the passes: seconds per page, pages not all right, wrong (page, field) pairs."""
 
     seconds: list[float] = field(default_factory=list)
+    cpu_seconds: list[float] = field(default_factory=list)
     not_all_right: set[str] = field(default_factory=set)
     wrong: set[tuple[str, str]] = field(default_factory=set)
     no_zone: set[str] = field(default_factory=set)
 
-    def add(self, item: EvalItem, seconds: float, predicted: dict[str, Any]) -> None:
+    def add(self, item: EvalItem, seconds: float, cpu_seconds: float, predicted: dict[str, Any]) -> None:
         self.seconds.append(seconds)
+        self.cpu_seconds.append(cpu_seconds)
         for name in FIELD_NAMES:
             got, truth = normalise(name, predicted.get(name)), normalise(name, item.truth[name])
             if got != truth:
@@ -142,11 +148,12 @@ async def alternate(pages: list[Page], blitzid: Blitzid, repeat: int) -> tuple[T
         blitzid.read(pages[0][1].path)
         for _ in range(repeat):
             for item, ref in pages:
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 outcome = await engine.one(ref)
-                ours.add(item, time.perf_counter() - started, idflow_fields(outcome))
+                ours.add(item, time.perf_counter() - started, time.process_time() - cpu_started,
+                         idflow_fields(outcome))
                 reply = blitzid.read(ref.path)
-                theirs.add(item, reply["ms"] / 1000, blitzid_fields(reply["mrz"]))
+                theirs.add(item, reply["ms"] / 1000, reply["cpu_ms"] / 1000, blitzid_fields(reply["mrz"]))
                 if reply["error"] is not None:
                     theirs.no_zone.add(item.rel_path)
     return ours, theirs
@@ -155,7 +162,8 @@ async def alternate(pages: list[Page], blitzid: Blitzid, repeat: int) -> tuple[T
 def report(label: str, tally: Tally, pages: list[Page]) -> None:
     times, kinds = tally.seconds, sorted({item.doc_type or "" for item, _ in pages})
     print(f"{label:>16}: {len(pages)} pages  median {statistics.median(times) * 1000:6.0f} ms  "
-          f"mean {statistics.mean(times) * 1000:6.0f} ms  all 3 right {len(pages) - len(tally.not_all_right)}/{len(pages)}  "
+          f"mean {statistics.mean(times) * 1000:6.0f} ms  CPU median {statistics.median(tally.cpu_seconds) * 1000:6.0f} ms  "
+          f"all 3 right {len(pages) - len(tally.not_all_right)}/{len(pages)}  "
           f"wrong values {len(tally.wrong)}" + (f"  no zone {len(tally.no_zone)}" if tally.no_zone else "")
           + f"  (n={len(times)})")
     by_kind = {kind: [item.rel_path not in tally.not_all_right for item, _ in pages if item.doc_type == kind]
@@ -184,7 +192,8 @@ def main() -> None:
     report("idflow embedded", ours, pages)
     report("blitzid", theirs, pages)
     print(f"ratio of medians (blitzid / idflow): "
-          f"{statistics.median(theirs.seconds) / statistics.median(ours.seconds):.2f}x  "
+          f"{statistics.median(theirs.seconds) / statistics.median(ours.seconds):.2f}x wall, "
+          f"{statistics.median(theirs.cpu_seconds) / statistics.median(ours.cpu_seconds):.2f}x CPU  "
           f"load avg after {os.getloadavg()}")
 
 
