@@ -90,3 +90,20 @@ def test_a_2400_px_page_reads_the_same_fields():
     assert (reading.fields["name"], reading.fields["id_number"], reading.fields["expiry_date"]) == \
         (r.name, r.id_number, r.expiry_date)
     assert {"mrz.number", "mrz.expiry", "cross.name_mrz_vs_viz"} <= set(reading.checks)
+
+
+def test_onnx_runtime_threads_follow_the_cores_the_process_may_use():
+    """Pinned to one core (`taskset`, as a container's cpuset pins a run), the OCR asks ONNX Runtime for one
+    thread; unpinned, for every core it may use."""
+    import os
+    import subprocess
+    import sys
+
+    probe = [sys.executable, "-c",
+             "from pipeline.extract.ocr.rapidocr_stages import usable_cores; print(usable_cores())"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent.parent)}
+    pinned = subprocess.run(["taskset", "-c", str(min(os.sched_getaffinity(0))), *probe], env=env,
+                            capture_output=True, text=True, check=True, timeout=120)
+    free = subprocess.run(probe, env=env, capture_output=True, text=True, check=True, timeout=120)
+    assert int(pinned.stdout) == 1
+    assert int(free.stdout) == len(os.sched_getaffinity(0))
