@@ -39,17 +39,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
+
+from peer_worker import PeerWorker, peer_worker
 
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
 from pipeline.extract.factory import make_backend
@@ -106,53 +104,20 @@ class Tally:
                     self.wrong.add((item.rel_path, name))
 
 
-class Blitzid:
-    """The worker process in blitzid's venv: one path out, one JSON line (its own timing, the MRZ) back."""
-
-    def __init__(self, python: Path) -> None:
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.process = subprocess.Popen([str(python), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, env=env)
-
-    def read(self, path: Path) -> dict[str, Any]:
-        """The worker's reply: {"ms", "mrz", "error"}."""
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(f"{path}\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"blitzid worker exited ({self.process.wait()}) on {path}")
-        return json.loads(line)
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait()
-
-
-@contextmanager
-def blitzid_worker(python: Path) -> Iterator[Blitzid]:
-    worker = Blitzid(python)
-    try:
-        yield worker
-    finally:
-        worker.close()
-
-
-async def alternate(pages: list[Page], blitzid: Blitzid, repeat: int) -> tuple[Tally, Tally]:
+async def alternate(pages: list[Page], blitzid: PeerWorker, repeat: int) -> tuple[Tally, Tally]:
     """Each page read by idflow then by blitzid, `repeat` times over the set."""
     settings = Settings(concurrency=1)
     ours, theirs = Tally(), Tally()
     async with Engine(settings, make_backend(settings), prepare_workers=1) as engine:
         await engine.one(pages[0][1])  # warm-up for both: a run's engine and a user's reader are warm too
-        blitzid.read(pages[0][1].path)
+        blitzid.ask(pages[0][1].path)
         for _ in range(repeat):
             for item, ref in pages:
                 started, cpu_started = time.perf_counter(), time.process_time()
                 outcome = await engine.one(ref)
                 ours.add(item, time.perf_counter() - started, time.process_time() - cpu_started,
                          idflow_fields(outcome))
-                reply = blitzid.read(ref.path)
+                reply = blitzid.ask(ref.path)  # {"ms", "cpu_ms", "mrz", "error"}
                 theirs.add(item, reply["ms"] / 1000, reply["cpu_ms"] / 1000, blitzid_fields(reply["mrz"]))
                 if reply["error"] is not None:
                     theirs.no_zone.add(item.rel_path)
@@ -162,7 +127,8 @@ async def alternate(pages: list[Page], blitzid: Blitzid, repeat: int) -> tuple[T
 def report(label: str, tally: Tally, pages: list[Page]) -> None:
     times, kinds = tally.seconds, sorted({item.doc_type or "" for item, _ in pages})
     print(f"{label:>16}: {len(pages)} pages  median {statistics.median(times) * 1000:6.0f} ms  "
-          f"mean {statistics.mean(times) * 1000:6.0f} ms  CPU median {statistics.median(tally.cpu_seconds) * 1000:6.0f} ms  "
+          f"mean {statistics.mean(times) * 1000:6.0f} ms  "
+          f"CPU median {statistics.median(tally.cpu_seconds) * 1000:6.0f} ms  "
           f"all 3 right {len(pages) - len(tally.not_all_right)}/{len(pages)}  "
           f"wrong values {len(tally.wrong)}" + (f"  no zone {len(tally.no_zone)}" if tally.no_zone else "")
           + f"  (n={len(times)})")
@@ -187,7 +153,7 @@ def main() -> None:
     print(f"{len(pages)} MRZ pages x {args.repeat} passes from {args.manifest.parent}, "
           f"affinity {sorted(os.sched_getaffinity(0))}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load avg {os.getloadavg()}")
-    with blitzid_worker(args.blitzid_python) as blitzid:
+    with peer_worker("blitzid", args.blitzid_python, WORKER, OMP_NUM_THREADS="1") as blitzid:
         ours, theirs = asyncio.run(alternate(pages, blitzid, args.repeat))
     report("idflow embedded", ours, pages)
     report("blitzid", theirs, pages)

@@ -35,14 +35,12 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench_embedded import readable_refs
+from peer_worker import PeerWorker, peer_worker
 
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
 from pipeline.extract.factory import make_backend
@@ -85,41 +83,13 @@ def passporteye_fields(mrz: dict[str, Any] | None) -> dict[str, Any]:
             else None}
 
 
-class PassportEye:
-    """The worker process in PassportEye's venv: one path out, one JSON line (its own timing, the MRZ) back."""
-
-    def __init__(self, python: Path) -> None:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_THREAD_LIMIT": "1"}
-        self.process = subprocess.Popen([str(python), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, env=env)
-
-    def read(self, path: Path) -> tuple[float, dict[str, Any] | None]:
-        """Seconds PassportEye spent on the page (timed in the worker) and its MRZ fields."""
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(f"{path}\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"PassportEye worker exited ({self.process.wait()}) on {path}")
-        reply = json.loads(line)
-        return reply["ms"] / 1000, reply["mrz"]
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait()
+def read_passporteye(worker: PeerWorker, path: Path) -> tuple[float, dict[str, Any] | None]:
+    """Seconds PassportEye spent on the page (timed in the worker) and its MRZ fields."""
+    reply = worker.ask(path)
+    return reply["ms"] / 1000, reply["mrz"]
 
 
-@contextmanager
-def passporteye_worker(python: Path) -> Iterator[PassportEye]:
-    worker = PassportEye(python)
-    try:
-        yield worker
-    finally:
-        worker.close()
-
-
-async def alternate(pages: list[Page], passporteye: PassportEye, repeat: int
+async def alternate(pages: list[Page], passporteye: PeerWorker, repeat: int
                     ) -> tuple[list[float], list[float], set[str], set[str]]:
     """Seconds per page for idflow and PassportEye, and the pages each got wrong on any pass."""
     settings = Settings(concurrency=1)
@@ -129,13 +99,13 @@ async def alternate(pages: list[Page], passporteye: PassportEye, repeat: int
     passporteye_wrong: set[str] = set()
     async with Engine(settings, make_backend(settings), prepare_workers=1) as engine:
         await engine.one(pages[0][1])  # warm-up for both: a run's engine and a user's PassportEye are warm too
-        passporteye.read(pages[0][1].path)
+        read_passporteye(passporteye, pages[0][1].path)
         for _ in range(repeat):
             for item, ref in pages:
                 started = time.perf_counter()
                 outcome = await engine.one(ref)
                 idflow_times.append(time.perf_counter() - started)
-                seconds, mrz = passporteye.read(ref.path)
+                seconds, mrz = read_passporteye(passporteye, ref.path)
                 passporteye_times.append(seconds)
                 if not all_right(item, idflow_fields(outcome)):
                     idflow_wrong.add(item.rel_path)
@@ -163,7 +133,8 @@ def main() -> None:
     print(f"{len(pages)} MRZ pages x {args.repeat} passes from {args.manifest.parent} ({skipped} MRZ entries "
           f"skipped: PDF or multi-page TIFF), affinity {sorted(os.sched_getaffinity(0))}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load avg {os.getloadavg()}")
-    with passporteye_worker(args.passporteye_python) as passporteye:
+    with peer_worker("PassportEye", args.passporteye_python, WORKER, OMP_NUM_THREADS="1",
+                     OMP_THREAD_LIMIT="1") as passporteye:
         idflow_times, passporteye_times, idflow_wrong, passporteye_wrong = asyncio.run(
             alternate(pages, passporteye, args.repeat))
     report("idflow embedded", idflow_times, idflow_wrong, len(pages))
