@@ -30,21 +30,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.extract.ocr import cn_number_reread
-from pipeline.extract.ocr import name_reread
-from pipeline.extract.ocr import backend as ocr
-from pipeline.extract.ocr import rapidocr_stages  # noqa: E402
-from pipeline.extract.ocr.backend import OcrBackend  # noqa: E402
-from pipeline.settings import Settings  # noqa: E402
 from pipeline.datamodel import DocumentRef, Failure  # noqa: E402
 from pipeline.extract.ocr import backend as ocr  # noqa: E402
-from pipeline.extract.ocr import cn_number_reread, mrz_glyphs, name_reread
+from pipeline.extract.ocr import (  # noqa: E402
+    cn_number_reread,
+    mrz_glyphs,
+    name_reread,
+    rapidocr_stages,
+)
 from pipeline.extract.ocr.backend import OcrBackend  # noqa: E402
 from pipeline.ingest.discover import sha256_file  # noqa: E402
 from pipeline.ops.evaluation import load_manifest  # noqa: E402
 from pipeline.prepare import prepare_page  # noqa: E402
-from pipeline.settings import Settings  # noqa: E402
 from pipeline.prepare.load import load_page  # noqa: E402
+from pipeline.settings import Settings  # noqa: E402
 
 
 class Timed:

@@ -20,11 +20,11 @@ wrong: values are never written). Per class, pool-adjacent-violators gives the i
 score to the share of right values, each step mapped to the lower end of its 95% Wilson interval
 (`pipeline.trust.fit`); the script prints and the table stores per class the observations, the right count
 and the 95% interval. A class with fewer than 300 observations (`--min-observations`) stays capped at the
-unseen cap, below the auto-accept threshold. `--observations` appends the observations (JSON lines) page by page, so an interrupted run
-resumes and a refit from them (`--from-observations`, with `--reclass` after a change to the evidence classes)
-needs no OCR as long as the raw readings did not change. The table is keyed for the embedded backend (`key`:
-backend, OCR model id, no prompt). Use tuning seeds only: evaluating on the seeds the table was fitted on would
-flatter it.
+unseen cap, below the auto-accept threshold. `--observations` appends the observations (JSON lines) page by page,
+so an interrupted run resumes and a refit from them (`--from-observations`, with `--reclass` after a change to
+the evidence classes) needs no OCR as long as the raw readings did not change. The table is keyed for the
+embedded backend (`key`: backend, OCR model id, no prompt). Use tuning seeds only: evaluating on the seeds the
+table was fitted on would flatter it.
 """
 
 from __future__ import annotations
