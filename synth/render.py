@@ -31,6 +31,8 @@ FONTS: dict[str, tuple[tuple[str, ...], str]] = {
     "sans": (("dejavu/DejaVuSans.ttf", "DejaVuSans.ttf"), "fonts-dejavu-core"),
     "sans_bold": (("dejavu/DejaVuSans-Bold.ttf", "DejaVuSans-Bold.ttf"), "fonts-dejavu-core"),
     "mono": (("dejavu/DejaVuSansMono.ttf", "DejaVuSansMono.ttf"), "fonts-dejavu-core"),
+    # the machine-readable zone's own typeface: what the zone glyph reader is trained and tested on
+    "ocrb": (("opentype/ocr-b/OCRB.otf", "ocr-b/OCRB.otf", "OCRB.otf"), "fonts-ocr-b"),
 }
 
 

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.extract.ocr import mrz_glyphs  # noqa: E402
 from pipeline.extract.ocr.mrz_glyphs import ALPHABET, GlyphModel  # noqa: E402
-from pipeline.extract.ocr.mrz_reread import ROW_HEIGHT, _MARGIN, Row, refine, strip  # noqa: E402
+from pipeline.extract.ocr.mrz_reread import _MARGIN, ROW_HEIGHT, Row, refine, strip  # noqa: E402
+from synth.render import font_path  # noqa: E402
 
-FONTS = {"ocrb": "/usr/share/fonts/opentype/ocr-b/OCRB.otf",
-         "dejavu_mono": "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf"}
+FONTS = {"ocrb": font_path("ocrb"), "dejavu_mono": font_path("mono")}  # the zone's typeface, the generator's
 LENGTHS = (30, 36, 44)
 _NAMES = ("ANNA", "MARIA", "ERIKSSON", "JOHN", "SMITH", "MUSTERMANN", "GABLER", "LI", "WANG", "XU", "QUINZE",
           "VOJTECH", "KOWALSKA", "YAMADA", "OZTURK", "JUZEF", "BAKKER", "DE", "VAN", "HUGO", "ZOE", "FJELL")

@@ -16,10 +16,10 @@ from pipeline.extract.ocr.mrz_reread import locate_rows_by_shape
 from pipeline.formats.zone import NAME_TWO_READERS_CHECK, zone_evidence
 from pipeline.trust.rules import DISAGREEMENT_CAP, DISAGREES
 from pipeline.trust.table import Calibration
+from synth.render import font_path
 from tests.support.paths import REPO
 
-FONTS = {"ocrb": "/usr/share/fonts/opentype/ocr-b/OCRB.otf",
-         "dejavu_mono": "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf"}
+FONTS = {"ocrb": font_path("ocrb"), "dejavu_mono": font_path("mono")}  # the zone's typeface, the generator's
 ZONES = [  # TD3 zones: the name line, then a data line (digits and letters)
     ("P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10"),
     ("P<D<<MUSTERMANN<<ERIKA<<<<<<<<<<<<<<<<<<<<<<", "C01X00T478D<<6408125F2702283<<<<<<<<<<<<<<<4"),
