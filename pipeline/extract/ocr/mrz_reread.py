@@ -117,7 +117,7 @@ def locate_rows(lines: Sequence[OcrLine]) -> list[Row]:
     if missing > 0:
         u0, u1 = u0 - missing, u1 + missing
     # group boxes into rows by their centre in the band frame
-    centres = sorted((float(np.mean([to_band(p)[1] for p in b.box])), b) for b in boxes)
+    centres = sorted(((float(np.mean([to_band(p)[1] for p in b.box])), b) for b in boxes), key=lambda vb: vb[0])
     rows: list[list[float]] = []
     for v, _ in centres:
         if rows and v - rows[-1][-1] < 0.6 * height:
