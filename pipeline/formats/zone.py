@@ -49,9 +49,10 @@ NAME_EXTENDED_CHECK = "cross.name_printed_extends_mrz"
 # Failed (a disagreement) when the name is the zone's respelled as the page prints it (`_respelled_as_printed`).
 NAME_RESPELLED_CHECK = "cross.name_respelled_as_printed"
 # Passed (in `checks`) when a second reader of another method (`extract.ocr.mrz_glyphs`, a per-cell glyph
-# classifier) reads the zone's name line as the first reader did; failed when it reads another name. Only asked
-# where the printed zone does not confirm the name: two independent readers agreeing is evidence that does not
-# depend on how the page was captured; disagreeing, one of them is wrong and a person decides (`disagreements`).
+# classifier) reads the zone's name line as the first reader did; failed when it reads another name. Asked where
+# the printed zone does not confirm the name, or confirms it at a low recognition score (`mrz_glyphs.wanted`): two
+# independent readers agreeing is evidence that does not depend on how the page was captured; disagreeing, one of
+# them is wrong and a person decides (`disagreements`).
 NAME_TWO_READERS_CHECK = "mrz.name_two_readers"
 # The class of a name the two readers read otherwise. It ends in `/disagrees` (`trust.rules.DISAGREES`), so every
 # lookup of a confidence by class caps it (`trust.table.Calibration.confidence`), a model answer's floor from the
@@ -150,9 +151,9 @@ class ZoneFormat(FormatDefaults):
 def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | None:
     """The calibration class of a field read from a zone (any `mrz.*` check passed or failed), else None.
 
-    A name the printed zone confirms keeps its own class; one it does not confirm but a second reader of the zone
-    reads alike is `mrz.name_two_readers`, and one the second reader reads otherwise `TWO_READERS_DISAGREE` (a
-    disagreement: capped, never auto-accepted)."""
+    A name a second reader of the zone reads alike is `mrz.name_two_readers`, one it reads otherwise
+    `TWO_READERS_DISAGREE` (a disagreement: capped, never auto-accepted), whether or not the printed zone confirms
+    it; a name the second reader was not asked about keeps the class its printed confirmation gives."""
     def verdict(check: str) -> str:
         return "passed" if check in checks else "failed" if check in failures else "none"
 
@@ -161,9 +162,9 @@ def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | N
     name_source = "mrz.name_debris" if NAME_FILLERS_CHECK in failures else \
         "mrz.name_respelled" if NAME_RESPELLED_CHECK in failures else \
         "mrz.name_printed_longer" if NAME_EXTENDED_CHECK in checks else \
-        "mrz.name_vs_printed_passed" if "cross.name_mrz_vs_viz" in checks else \
         "mrz.name_two_readers" if NAME_TWO_READERS_CHECK in checks else \
         TWO_READERS_DISAGREE if NAME_TWO_READERS_CHECK in failures else \
+        "mrz.name_vs_printed_passed" if "cross.name_mrz_vs_viz" in checks else \
         "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz")
     return {"name": name_source,
             "id_number": "mrz.number_unconfirmed" if NUMBER_UNCONFIRMED_CHECK in failures else

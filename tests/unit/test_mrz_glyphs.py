@@ -86,13 +86,15 @@ def test_the_sample_passport_name_line_is_read_as_its_truth() -> None:
 
 
 def test_evidence_of_two_readers() -> None:
-    """Agreement is a class of its own where the printed zone does not confirm the name; a printed confirmation
-    keeps its class; disagreement is a class of its own too."""
+    """Agreement is a class of its own, and so is disagreement, whether or not the printed zone confirms the name;
+    a name the second reader was not asked about keeps the class its printed confirmation gives."""
     zone = ["mrz.number", "mrz.birth", "mrz.expiry"]
     assert zone_evidence("name", zone + [NAME_TWO_READERS_CHECK], []) == "mrz.name_two_readers"
     assert zone_evidence("name", zone, [NAME_TWO_READERS_CHECK]) == "mrz.name_two_readers/" + DISAGREES
-    assert zone_evidence("name", zone + ["cross.name_mrz_vs_viz", NAME_TWO_READERS_CHECK], []) == \
-        "mrz.name_vs_printed_passed"
+    confirmed = zone + ["cross.name_mrz_vs_viz"]
+    assert zone_evidence("name", confirmed + [NAME_TWO_READERS_CHECK], []) == "mrz.name_two_readers"
+    assert zone_evidence("name", confirmed, [NAME_TWO_READERS_CHECK]) == "mrz.name_two_readers/" + DISAGREES
+    assert zone_evidence("name", confirmed, []) == "mrz.name_vs_printed_passed"
     assert zone_evidence("name", zone, []) == "mrz.name_vs_printed_none"
 
 
@@ -122,17 +124,25 @@ def test_two_readers_disagreeing_are_never_auto_accepted_whatever_a_table_says()
         DISAGREEMENT_CAP
 
 
-def test_the_check_is_asked_only_where_the_printed_zone_did_not_confirm_the_name() -> None:
+def test_the_check_is_asked_where_the_printed_zone_does_not_settle_the_name() -> None:
+    """Asked where the printed zone does not confirm the name, or confirms it at a raw score the shipped table
+    does not auto-accept; not where the confirmation settles it, nor for names of other classes."""
     from pipeline.formats.document import DocumentReading
 
-    def reading(checks: list[str], failures: list[str] = ()) -> DocumentReading:
-        return DocumentReading("passport", "icao_mrz", {"name": "A B"}, {"name": FieldReading("A B", "present", 0.9)},
+    def reading(checks: list[str], failures: list[str] = (), raw: float = 0.9) -> DocumentReading:
+        return DocumentReading("passport", "icao_mrz", {"name": "A B"}, {"name": FieldReading("A B", "present", raw)},
                                checks, list(failures))
 
-    assert mrz_glyphs.wanted(reading(["mrz.number"]))
-    assert not mrz_glyphs.wanted(reading(["mrz.number", "cross.name_mrz_vs_viz"]))
+    confirmed = ["mrz.number", "cross.name_mrz_vs_viz"]
+    assert mrz_glyphs.wanted(reading(["mrz.number"], raw=0.999))
+    assert mrz_glyphs.wanted(reading(confirmed, raw=mrz_glyphs.UNSURE_CONFIRMED_NAME - 0.001))
+    assert not mrz_glyphs.wanted(reading(confirmed, raw=mrz_glyphs.UNSURE_CONFIRMED_NAME))
     assert not mrz_glyphs.wanted(reading(["mrz.number"], ["cross.name_respelled_as_printed"]))
+    assert not mrz_glyphs.wanted(reading(["mrz.number", "cross.name_printed_extends_mrz"]))
     assert not mrz_glyphs.wanted(reading([]))  # no zone decoded
+    # the score it is asked under is where the shipped table stops auto-accepting a confirmed name on its own
+    curve = backend.calibration.shipped().curves["name/mrz.name_vs_printed_passed"]
+    assert curve(mrz_glyphs.UNSURE_CONFIRMED_NAME - 0.001) < 0.95 <= curve(mrz_glyphs.UNSURE_CONFIRMED_NAME)
 
 
 def test_read_page_asks_the_second_reader_where_no_printed_zone_confirms_the_name() -> None:
@@ -146,3 +156,15 @@ def test_read_page_asks_the_second_reader_where_no_printed_zone_confirms_the_nam
     assert NAME_TWO_READERS_CHECK in reading.checks
     assert evidence_class("name", reading.doc_type, reading.checks, reading.check_failures) == \
         "name/mrz.name_two_readers"
+
+
+def test_zone_rows_are_located_from_boxes_on_one_centre_line() -> None:
+    """Two zone boxes whose centres lie on the same line (one row cut in two) are one row, not a comparison of
+    boxes (which have no order)."""
+    from pipeline.extract.ocr.mrz_reread import locate_rows
+    from pipeline.formats.lines import OcrLine
+
+    left = OcrLine("P<UTOERIKSSON<<ANNA<MARIA", 0.9, ((10, 100), (410, 100), (410, 130), (10, 130)))
+    right = OcrLine("<<<<<<<<<<<<<<<<<<<", 0.9, ((420, 100), (720, 100), (720, 130), (420, 130)))
+    rows = locate_rows([left, right])
+    assert len(rows) == 3 and sorted(round(r.cy) for r in rows).count(115) == 1
