@@ -1,6 +1,7 @@
 """Fronts of national identity cards whose machine-readable zone is on the back: the French card of 2021, the
-German Personalausweis, the Dutch identity card, the Italian CIE and the Spanish DNI; and the front of the PRC
-Foreign Permanent Resident ID Card (2023 model), which has no zone at all. Laid out after the published
+German Personalausweis, the Dutch identity card, the Italian CIE and the Spanish DNI; the front of the PRC
+Foreign Permanent Resident ID Card (2023 model), which has no zone at all; and both sides of the French card of
+1988-2021, whose own 2x36 zone carries no expiry (the back prints it). Laid out after the published
 specimens (titles, bilingual labels, values under or beside their labels, the number where the issuer prints
 it). Fake people and numbers of each issuer's shape; the ground truth is what the front shows: name
 ("SURNAME GIVEN NAMES"), document number, expiry date.
@@ -12,12 +13,15 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from synth.identities import add_years, cn_check_char, random_date
-from synth.render import CARD_H, CARD_W, Rendered, _background, _Canvas, _photo_box
+from PIL import Image
+
+from synth.identities import add_years, cn_check_char, mrz_check_digit, mrz_field, random_date
+from synth.render import CARD_H, CARD_W, PAGE_H, PAGE_W, Rendered, _background, _Canvas, _photo_box
 
 _LABEL = (80, 80, 95)
 _VALUE = (15, 15, 15)
@@ -273,6 +277,73 @@ def cn_pr_front(p: NationalPerson, variant: int = 0) -> Rendered:
                     texts=c.texts, kind="cn_pr_front")
 
 
+_FR_DEPARTMENTS = (("750", "PREFECTURE DE POLICE"), ("920", "PREFECTURE DES HAUTS-DE-SEINE"),
+                   ("690", "PREFECTURE DU RHONE"), ("440", "PREFECTURE DE LA LOIRE-ATLANTIQUE"),
+                   ("130", "PREFECTURE DES BOUCHES-DU-RHONE"))
+_FR_STREETS = ("RUE DE LA PAIX", "AVENUE DES TILLEULS", "BOULEVARD VOLTAIRE", "RUE DU MOULIN", "PLACE DE L'EGLISE")
+
+
+def random_fr_1988_person(rng: random.Random) -> NationalPerson:
+    """A holder of the 1988-2021 French card: issued 2012-2021, valid ten years from its issue (until the day
+    before), the number the issue's YYMM, the office (département and a digit) and a sequence; `personal` holds
+    the office's département. Given names without hyphens (the zone writes a hyphen as a filler)."""
+    given = tuple(rng.sample([g for g in GIVEN["FRA"] if "-" not in g], rng.choice((1, 1, 2))))
+    if len("<<".join(given)) > 14:  # the zone's field holds 14 characters
+        given = given[:1]
+    issued = random_date(rng, dt.date(2012, 1, 1), dt.date(2021, 8, 1))
+    expiry = add_years(issued, 10) - dt.timedelta(days=1)
+    department = rng.randrange(len(_FR_DEPARTMENTS))
+    number = f"{issued:%y%m}{_FR_DEPARTMENTS[department][0][:2]}{rng.randrange(10)}{rng.randrange(100000):05d}"
+    return NationalPerson("FRA", rng.choice(SURNAMES["FRA"]), given, rng.choice("MF"),
+                          random_date(rng, dt.date(1950, 1, 1), dt.date(2005, 12, 31)), issued, expiry, number,
+                          rng.choice(PLACES["FRA"]), str(department))
+
+
+def fr_1988_zone(p: NationalPerson) -> tuple[str, str]:
+    """The card's 2x36 zone (`pipeline.formats.french_id`): surname and office on line 1; number, its check
+    digit, given names, birth date and its check digit, sex and the composite check digit on line 2."""
+    line1 = "IDFRA" + mrz_field(_ascii(p.surname), 25) + f"{_FR_DEPARTMENTS[int(p.personal)][0]}{p.number[6]}01"
+    body = p.number + mrz_check_digit(p.number) + mrz_field("<<".join(_ascii(g) for g in p.given_names), 14)
+    body += f"{p.birth:%y%m%d}" + mrz_check_digit(f"{p.birth:%y%m%d}") + p.sex
+    return line1, body + mrz_check_digit(line1 + body)
+
+
+def fr_cni_1988(p: NationalPerson, variant: int = 0) -> Rendered:
+    """The 1988-2021 French card, front above back on a white page (a copy of both sides, as desks ask for):
+    the front's labelled fields and its 2x36 zone; the back's address, "Carte valable jusqu'au", "délivrée le"
+    and the issuing prefecture. The expiry is only on the back; no check digit covers it."""
+    front = _card((236, 238, 246), (196, 206, 226), variant + 2)
+    front.text((250, 18), "RÉPUBLIQUE FRANÇAISE", "sans_bold", 24, (30, 50, 110))
+    front.text((250, 52), f"CARTE NATIONALE D'IDENTITÉ N° : {p.number}", "sans_bold", 19, (30, 50, 110))
+    _photo_box(front, (28, 90, 218, 330))
+    _beside(front, 250, 96, "Nom :", p.surname, 24)
+    _beside(front, 250, 140, "Prénom(s) :", ", ".join(p.given_names), 24)
+    _beside(front, 250, 184, "Sexe :", p.sex, 22)
+    _beside(front, 400, 184, "Né(e) le :", _dotted(p.birth), 22)
+    _beside(front, 250, 228, "à :", p.place, 22)
+    _beside(front, 250, 272, "Taille :", f"1,{60 + int(p.number[-2:]) % 35}m", 22)
+    front.text((250, 320), "Signature du titulaire :", "sans", 15, _LABEL)
+    front.mrz(fr_1988_zone(p), 420, 34, 52)
+    back = _card((240, 242, 246), (206, 214, 230), variant + 3)
+    street = _FR_STREETS[int(p.number[-1]) % len(_FR_STREETS)]
+    _beside(back, 40, 40, "Adresse :", f"{int(p.number[-3:]) % 90 + 1} {street}", 22)
+    back.text((170, 76), f"{p.place}", "sans_bold", 22, _VALUE)
+    _beside(back, 40, 150, "Carte valable jusqu'au :", _dotted(p.expiry), 24)
+    _beside(back, 40, 200, "délivrée le :", _dotted(p.issued), 24)
+    _beside(back, 40, 250, "par :", _FR_DEPARTMENTS[int(p.personal)][1], 20)
+    back.text((520, 330), "Signature de l'autorité", "sans", 15, _LABEL)
+    page = Image.new("RGB", (PAGE_W, PAGE_H), (255, 255, 255))
+    x = (PAGE_W - CARD_W) // 2
+    page.paste(front.img, (x, 320))
+    page.paste(back.img, (x, 320 + CARD_H + 160))
+    return Rendered(page, "id_card", p.full_name, p.number, p.expiry.isoformat(), "portrait",
+                    mrz=fr_1988_zone(p), texts=front.texts + back.texts, kind="fr_cni_1988")
+
+
+def _ascii(text: str) -> str:
+    return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+
+
 Holder = Callable[[random.Random], NationalPerson]
 Renderer = Callable[[NationalPerson, int], Rendered]
 
@@ -284,6 +355,7 @@ NATIONAL_FRONTS: dict[str, tuple[Holder, Renderer]] = {
     "it_front": (partial(random_national_person, state="ITA"), it_front),
     "es_front": (partial(random_national_person, state="ESP"), es_front),
     "cn_pr_front": (random_pr_person, cn_pr_front),
+    "fr_cni_1988": (random_fr_1988_person, fr_cni_1988),
 }
 
 

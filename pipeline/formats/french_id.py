@@ -16,22 +16,25 @@ As a registered format (`FORMAT`): the 1988-2021 French national identity card: 
 read as an `id_card`.
 
 The zone carries no expiry date: the back's "valable jusqu'au" date is read instead, else the expiry is
-absent (front only) or unreadable (back shown, date not legible). Never derived from the issue month.
+absent (front only) or unreadable (back shown, date not legible). Never derived from the issue month. No check
+digit covers it; what vouches for it is `PRINTED_VALIDITY_SPAN_CHECK`: it is the back's "délivrée le" date plus
+ten years (the day before), and the card number, whose check digit passed, begins with that issue's YYMM. A
+misread digit in either date or the number breaks that, as the PRC card's statutory span does.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, timedelta
 from typing import Literal, Sequence
 
-from pipeline.formats.dates import parse_printed_dates, yymmdd
+from pipeline.formats.dates import make_date, parse_printed_dates, yymmdd
 from pipeline.formats.mrz import FRENCH_ID_PREFIX
 from pipeline.formats.national_mrz import Check, Layout
 from pipeline.formats.reading import Builder, Page
 from pipeline.formats import national_mrz
-from pipeline.formats.zone import ZoneFields, ZoneFormat
+from pipeline.formats.zone import PRINTED_VALIDITY_SPAN_CHECK, ZoneFields, ZoneFormat
 
 LAYOUT = Layout(
     prefix=FRENCH_ID_PREFIX,
@@ -95,6 +98,8 @@ def find(lines: Sequence[str], today: date) -> FrenchIdResult | None:
 
 
 _EXPIRY_LABEL = re.compile(r"valable\s*jusqu", re.IGNORECASE)
+_ISSUE_LABEL = re.compile(r"d[ée]livr[ée]e?\s*le", re.IGNORECASE)
+VALIDITY_YEARS = 10  # as printed: a card issued on D is valid until the day before D ten years later
 _BACK_MARKERS = re.compile(r"valable|d[ée]livr[ée]e|adresse|pr[ée]fecture", re.IGNORECASE)
 
 
@@ -102,8 +107,26 @@ def printed_expiry(texts: Sequence[str], today: date) -> tuple[int, date] | None
     """The "Carte valable jusqu'au" date from the back as (index of the line it was read from, date); None
     when no such label with a real date is on the page. The date is read after the label, or from the
     next line only when the label stands alone (the next line is otherwise the issue date)."""
+    return _labelled_date(_EXPIRY_LABEL, texts, today)
+
+
+def printed_issue(texts: Sequence[str], today: date) -> date | None:
+    """The "délivrée le" date from the back, read as `printed_expiry` reads its date; None when not legible."""
+    found = _labelled_date(_ISSUE_LABEL, texts, today)
+    return found[1] if found else None
+
+
+def spans_validity(number: str, issued: date, expiry: date) -> bool:
+    """Whether a printed expiry is the printed issue date plus the card's validity (`VALIDITY_YEARS`, ending the
+    day before) and the card number begins with that issue's year and month (YYMM), as every card's does."""
+    end = make_date(issued.year + VALIDITY_YEARS, issued.month, issued.day) or \
+        date(issued.year + VALIDITY_YEARS, 3, 1)  # issued on 29 February: valid until 28 February
+    return number[:4] == f"{issued:%y%m}" and expiry == end - timedelta(days=1)
+
+
+def _labelled_date(label: re.Pattern[str], texts: Sequence[str], today: date) -> tuple[int, date] | None:
     for i, text in enumerate(texts):
-        m = _EXPIRY_LABEL.search(text)
+        m = label.search(text)
         if m is None:
             continue
         after = text[m.end():]
@@ -137,6 +160,10 @@ class FrenchIdFormat(ZoneFormat):
         found = printed_expiry(page.texts, page.today)
         if found is not None:
             b.present("expiry_date", found[1].isoformat(), page.lines[found[0]].score)
+            issued = printed_issue(page.texts, page.today)
+            if issued is not None and "mrz.number" in b.checks and spans_validity(zone.number or "", issued,
+                                                                                      found[1]):
+                b.checks.append(PRINTED_VALIDITY_SPAN_CHECK)
         elif shows_back(page.texts):
             b.unreadable("expiry_date")
         else:

@@ -58,6 +58,11 @@ NAME_TWO_READERS_CHECK = "mrz.name_two_readers"
 # lookup of a confidence by class caps it (`trust.table.Calibration.confidence`), a model answer's floor from the
 # embedded reading included, whatever a table fits for it.
 TWO_READERS_DISAGREE = "mrz.name_two_readers/disagrees"
+# Passed when a zone that carries no expiry date (the French 1988 card's) is read beside a printed expiry that is
+# the printed issue date plus the card's validity, issued in the month the zone's number (its check digit passed)
+# encodes: a misread digit in either date or the number breaks it, so it vouches for the expiry as a check digit
+# would. Its class is `mrz.expiry_printed_span`; a printed expiry without it is `mrz.expiry_none`.
+PRINTED_VALIDITY_SPAN_CHECK = "cross.expiry_printed_span"
 # A zone name word and a printed word this alike may be one word, one side misread (TAOHAIK / TAOHAN, a blurred
 # N read as IK); the recogniser's letter probabilities say which side: unsure of a zone letter (below
 # `_UNSURE_LETTER`) and sure of every printed one (at least `_SURE_LETTER`).
@@ -169,7 +174,8 @@ def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | N
     return {"name": name_source,
             "id_number": "mrz.number_unconfirmed" if NUMBER_UNCONFIRMED_CHECK in failures else
             "mrz.number_" + verdict("mrz.number"),
-            "expiry_date": "mrz.expiry_" + verdict("mrz.expiry")}[field]
+            "expiry_date": "mrz.expiry_printed_span" if PRINTED_VALIDITY_SPAN_CHECK in checks else
+            "mrz.expiry_" + verdict("mrz.expiry")}[field]
 
 
 def read_zone(fmt: ZoneFormat, zone: ZoneFields, page: Page, b: Builder) -> None:

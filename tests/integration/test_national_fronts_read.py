@@ -40,3 +40,18 @@ def test_a_permanent_resident_card_front_is_read_with_its_checked_number() -> No
     assert reading.fields == {"name": rendered.name, "id_number": rendered.id_number,
                               "expiry_date": rendered.expiry_date}
     assert "cn_pr.checksum" in reading.checks
+
+
+def test_both_sides_of_the_1988_french_card_give_an_expiry_its_issue_date_vouches_for() -> None:
+    """The 1988-2021 card copied front and back: the zone gives name and number (check digits), the back the
+    expiry, which its issue date and the number's YYMM vouch for (`cross.expiry_printed_span`)."""
+    from pipeline.trust.table import evidence_class
+
+    rendered, _ = render_national("fr_cni_1988", random.Random("integration:fr_cni_1988"))
+    reading, _ = read_page(np.asarray(rendered.image.convert("RGB")), TODAY, try_flipped=False)
+    assert (reading.format, reading.doc_type) == ("french_id_1988", "id_card")
+    assert normalise("name", reading.fields["name"]) == normalise("name", rendered.name)
+    assert (reading.fields["id_number"], reading.fields["expiry_date"]) == (rendered.id_number, rendered.expiry_date)
+    assert evidence_class("expiry_date", reading.doc_type, reading.checks, reading.check_failures) == \
+        "expiry_date/mrz.expiry_printed_span"
+

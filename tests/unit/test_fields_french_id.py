@@ -94,3 +94,36 @@ def test_page_back_without_legible_date_is_unreadable() -> None:
     back = [x.replace("14.05.2015", "14.O5.2O15") for x in BACK]
     r = read_document(page(*FRONT, *BUILT, *back), TODAY)
     assert r.fields["expiry_date"] is None and states(r)["expiry_date"] == "unreadable"
+
+
+def test_an_expiry_the_issue_date_and_the_number_agree_on_has_a_class_of_its_own() -> None:
+    """The back's expiry is vouched for when it is its "délivrée le" date plus ten years (the day before) and the
+    card number, whose check digit passed, begins with that issue's YYMM; a misread digit in either date or a
+    number of another month leaves it a printed date no check covers."""
+    from pipeline.formats.zone import PRINTED_VALIDITY_SPAN_CHECK
+    from pipeline.trust.table import evidence_class
+
+    def expiry_class(back: list[str]) -> tuple[str, bool]:
+        r = read_document(page(*FRONT, *BUILT, *back), TODAY)
+        assert r.fields["expiry_date"] is not None
+        return (evidence_class("expiry_date", r.doc_type, r.checks, r.check_failures),
+                PRINTED_VALIDITY_SPAN_CHECK in r.checks)
+
+    # the built number (check digit passes) was issued in December 2005
+    consistent = [x.replace("15.05.2005", "15.12.2005").replace("14.05.2015", "14.12.2015") for x in BACK]
+    assert expiry_class(consistent) == ("expiry_date/mrz.expiry_printed_span", True)
+    assert expiry_class(BACK) == ("expiry_date/mrz.expiry_none", False)  # issued in May: not this number's month
+    misread_expiry = [x.replace("14.12.2015", "14.12.2016") for x in consistent]
+    assert expiry_class(misread_expiry) == ("expiry_date/mrz.expiry_none", False)
+    misread_issue = [x.replace("15.12.2005", "16.12.2005") for x in consistent]
+    assert expiry_class(misread_issue) == ("expiry_date/mrz.expiry_none", False)
+    # a number whose check digit fails vouches for nothing
+    wrong_number = [BUILT[0], BUILT[1][:12] + "9" + BUILT[1][13:]]
+    r = read_document(page(*FRONT, *wrong_number, *consistent), TODAY)
+    assert PRINTED_VALIDITY_SPAN_CHECK not in r.checks
+
+
+def test_the_validity_span_on_the_last_day_of_february() -> None:
+    assert french_id.spans_validity("1602", date(2016, 2, 29), date(2026, 2, 27)) is False
+    assert french_id.spans_validity("1602", date(2016, 2, 29), date(2026, 2, 28)) is True
+    assert french_id.spans_validity("1603", date(2016, 3, 1), date(2026, 2, 28)) is True
