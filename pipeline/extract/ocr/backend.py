@@ -18,8 +18,9 @@ the same way from its own line (`cn_number_reread`), also turned 180° when the 
 Why it may read the printed name once more: on a dark or small page whose name is unreadable or unconfirmed,
 `name_reread` re-recognises only the printed name lines, upscaled and re-contrasted (a few line recognitions).
 Why a zone name may be read by a second reader: a name has no check digit; where the printed zone does not confirm
-it, or confirms it on a poorly recognised zone, `mrz_glyphs` reads its zone line again cell by cell with a glyph classifier of its own (another method than
-the recogniser's), and the two readings agreeing or not is recorded as a check (a few milliseconds a page).
+it, or confirms it on a poorly recognised zone, `mrz_glyphs` reads its zone line again cell by cell with a glyph
+classifier of its own (another method than the recogniser's), and the two readings agreeing or not is recorded as a
+check (a few milliseconds a page).
 Why a zone-only image is resized first: a cut-out MRZ touches the frame and its characters are often small;
 `zone_only` gives it the character height and margin the detector and recogniser read well (cost: one resize).
 """

@@ -19,7 +19,6 @@ numpy (a few matrix products per line).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -243,7 +242,8 @@ def wanted(reading: DocumentReading) -> bool:
     name = reading.states.get("name")
     if reading.format != _ZONE_FORMAT or name is None or name.state != "present":
         return False
-    if NAME_EXTENDED_CHECK in reading.checks or {NAME_RESPELLED_CHECK, NAME_FILLERS_CHECK} & set(reading.check_failures):
+    if NAME_EXTENDED_CHECK in reading.checks or \
+            {NAME_RESPELLED_CHECK, NAME_FILLERS_CHECK} & set(reading.check_failures):
         return False
     if "cross.name_mrz_vs_viz" in reading.checks:
         return (name.confidence or 0.0) < UNSURE_CONFIRMED_NAME
