@@ -13,6 +13,7 @@ otherwise gets none."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -61,8 +62,10 @@ def run(generated: tuple[Path, tuple], tmp_path: Path, crosscheck: bool, *, raw:
         return report, server.records()
 
 
+@functools.cache
 def embedded_reading(path: Path, page_no: int) -> dict:
-    """The embedded backend's own scored reading of a page prepared as a VLM run prepares it."""
+    """The embedded backend's own scored reading of a page prepared as a VLM run prepares it (read once a page:
+    a page with several fields read alike is asked for each)."""
     prepare = Settings().prepare
     ref = DocumentRef(path, path.name, sha256_file(path), page=page_no, page_count=page_count(path, prepare))
     page = prepare_page(ref, prepare, keep_full=False)
