@@ -347,7 +347,7 @@ def _ascii(text: str) -> str:
 Holder = Callable[[random.Random], NationalPerson]
 Renderer = Callable[[NationalPerson, int], Rendered]
 
-# kind -> (random holder, renderer)
+# kind -> (random holder, renderer): the fronts, and the French 1988 card's two sides on one page
 NATIONAL_FRONTS: dict[str, tuple[Holder, Renderer]] = {
     "fr_front": (partial(random_national_person, state="FRA"), fr_front_2021),
     "de_front": (partial(random_national_person, state="DEU"), de_front),
@@ -360,7 +360,8 @@ NATIONAL_FRONTS: dict[str, tuple[Holder, Renderer]] = {
 
 
 def render_national(kind: str, rng: random.Random, variant: int = 0) -> tuple[Rendered, NationalPerson]:
-    """A random card front of `kind` (one of `NATIONAL_FRONTS`) and its holder."""
+    """A random card of `kind` (one of `NATIONAL_FRONTS`: a front, or the French 1988 card's two sides) and its
+    holder."""
     holder, render = NATIONAL_FRONTS[kind]
     person = holder(rng)
     return render(person, variant), person

@@ -237,8 +237,8 @@ def sample_notes() -> dict[str, str]:
 # --------------------------------------------------------------------------------------------------------
 
 KINDS = ("cn_front", "cn_back", "cn_both", "passport", "td1", "td2", "visa")
-# Opt-in kinds (`--kinds`): card fronts whose zone is on the back (`synth.render_national`); a default set,
-# which draws from `KINDS` only, is the same per seed as before they existed.
+# Opt-in kinds (`--kinds`): national cards (`synth.render_national`: fronts whose zone is on the back, the French
+# 1988 card's two sides); a default set, which draws from `KINDS` only, is the same per seed as before they existed.
 OPT_IN_KINDS = tuple(RN.NATIONAL_FRONTS)
 # Tuning kinds (`--kinds`): a rare evidence class made in quantity for the calibration table (a 长期 card back
 # is a quarter of `cn_back`'s); the same documents as that kind otherwise.

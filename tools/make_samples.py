@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None, help=f"default: {SAMPLE_SEED} (sample) / 7 (eval)")
     ap.add_argument("--conditions", default=None, help="hard set only: comma-separated condition names")
     ap.add_argument("--kinds", default=None,
-                    help="eval set only: comma-separated document kinds (default: all but the opt-in card fronts "
+                    help="eval set only: comma-separated document kinds (default: all but the opt-in national cards "
                          f"{', '.join(OPT_IN_KINDS)} and the tuning kind {', '.join(TUNING_KINDS)}; same set per seed)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes for the eval set")
     args = ap.parse_args(argv)
