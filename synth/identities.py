@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import unicodedata
 from dataclasses import dataclass, field
 
 # --------------------------------------------------------------------------------------------------------
@@ -211,9 +212,10 @@ def mrz_check_digit(field_: str) -> str:
 
 
 def mrz_field(text: str, width: int) -> str:
-    """Uppercase, spaces/hyphens to '<' (kept as is), drop other punctuation, pad with '<' to ``width`` (no truncation)."""
+    """Uppercase, accents dropped from their letters (È to E), spaces/hyphens to '<' (kept as is), drop other
+    punctuation, pad with '<' to ``width`` (no truncation)."""
     out = []
-    for ch in text.upper():
+    for ch in unicodedata.normalize("NFKD", text.upper()):
         if "A" <= ch <= "Z" or ch.isdigit():
             out.append(ch)
         elif ch in " -<":

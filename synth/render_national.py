@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -302,8 +301,8 @@ def random_fr_1988_person(rng: random.Random) -> NationalPerson:
 def fr_1988_zone(p: NationalPerson) -> tuple[str, str]:
     """The card's 2x36 zone (`pipeline.formats.french_id`): surname and office on line 1; number, its check
     digit, given names, birth date and its check digit, sex and the composite check digit on line 2."""
-    line1 = "IDFRA" + mrz_field(_ascii(p.surname), 25) + f"{_FR_DEPARTMENTS[int(p.personal)][0]}{p.number[6]}01"
-    body = p.number + mrz_check_digit(p.number) + mrz_field("<<".join(_ascii(g) for g in p.given_names), 14)
+    line1 = "IDFRA" + mrz_field(p.surname, 25) + f"{_FR_DEPARTMENTS[int(p.personal)][0]}{p.number[6]}01"
+    body = p.number + mrz_check_digit(p.number) + mrz_field("<<".join(p.given_names), 14)
     body += f"{p.birth:%y%m%d}" + mrz_check_digit(f"{p.birth:%y%m%d}") + p.sex
     return line1, body + mrz_check_digit(line1 + body)
 
@@ -323,7 +322,8 @@ def fr_cni_1988(p: NationalPerson, variant: int = 0) -> Rendered:
     _beside(front, 250, 228, "à :", p.place, 22)
     _beside(front, 250, 272, "Taille :", f"1,{60 + int(p.number[-2:]) % 35}m", 22)
     front.text((250, 320), "Signature du titulaire :", "sans", 15, _LABEL)
-    front.mrz(fr_1988_zone(p), 420, 34, 52)
+    zone = fr_1988_zone(p)
+    front.mrz(zone, 420, 34, 52)
     back = _card((240, 242, 246), (206, 214, 230), variant + 3)
     street = _FR_STREETS[int(p.number[-1]) % len(_FR_STREETS)]
     _beside(back, 40, 40, "Adresse :", f"{int(p.number[-3:]) % 90 + 1} {street}", 22)
@@ -337,11 +337,7 @@ def fr_cni_1988(p: NationalPerson, variant: int = 0) -> Rendered:
     page.paste(front.img, (x, 320))
     page.paste(back.img, (x, 320 + CARD_H + 160))
     return Rendered(page, "id_card", p.full_name, p.number, p.expiry.isoformat(), "portrait",
-                    mrz=fr_1988_zone(p), texts=front.texts + back.texts, kind="fr_cni_1988")
-
-
-def _ascii(text: str) -> str:
-    return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+                    mrz=zone, texts=front.texts + back.texts, kind="fr_cni_1988")
 
 
 Holder = Callable[[random.Random], NationalPerson]
