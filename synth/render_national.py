@@ -290,12 +290,19 @@ def random_fr_1988_person(rng: random.Random) -> NationalPerson:
     if len("<<".join(given)) > 14:  # the zone's field holds 14 characters
         given = given[:1]
     issued = random_date(rng, dt.date(2012, 1, 1), dt.date(2021, 8, 1))
-    expiry = add_years(issued, 10) - dt.timedelta(days=1)
+    expiry = fr_1988_expiry(issued)
     department = rng.randrange(len(_FR_DEPARTMENTS))
     number = f"{issued:%y%m}{_FR_DEPARTMENTS[department][0][:2]}{rng.randrange(10)}{rng.randrange(100000):05d}"
     return NationalPerson("FRA", rng.choice(SURNAMES["FRA"]), given, rng.choice("MF"),
                           random_date(rng, dt.date(1950, 1, 1), dt.date(2005, 12, 31)), issued, expiry, number,
                           rng.choice(PLACES["FRA"]), str(department))
+
+
+def fr_1988_expiry(issued: dt.date) -> dt.date:
+    """The day before the card's tenth anniversary; a 29 February's falls on 1 March, so it ends on 28 February."""
+    if (issued.month, issued.day) == (2, 29):
+        return dt.date(issued.year + 10, 2, 28)
+    return issued.replace(year=issued.year + 10) - dt.timedelta(days=1)
 
 
 def fr_1988_zone(p: NationalPerson) -> tuple[str, str]:

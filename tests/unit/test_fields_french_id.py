@@ -127,3 +127,17 @@ def test_the_validity_span_on_the_last_day_of_february() -> None:
     assert french_id.spans_validity("1602", date(2016, 2, 29), date(2026, 2, 27)) is False
     assert french_id.spans_validity("1602", date(2016, 2, 29), date(2026, 2, 28)) is True
     assert french_id.spans_validity("1603", date(2016, 3, 1), date(2026, 2, 28)) is True
+
+
+
+def test_the_generator_and_the_reader_agree_on_every_issue_day() -> None:
+    """The generator's French cards (`fr_1988_expiry`) end where the reader's span says, a 29 February issue too."""
+    from datetime import timedelta
+
+    from synth.render_national import fr_1988_expiry
+
+    day = date(2012, 1, 1)
+    while day <= date(2021, 8, 1):
+        assert french_id.spans_validity(f"{day:%y%m}75012345", day, fr_1988_expiry(day)), day
+        day += timedelta(days=1)
+    assert fr_1988_expiry(date(2016, 2, 29)) == date(2026, 2, 28)
