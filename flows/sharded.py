@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path, PurePosixPath
 from typing import Any
+from uuid import UUID
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_client, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+from prefect.client.schemas.objects import FlowRun
 from prefect.context import get_run_context
 from prefect.deployments import run_deployment
 
@@ -37,7 +39,7 @@ from pipeline.run.session import Done, RunSession
 from pipeline.run.tally import RunTally
 from pipeline.settings import Settings
 from pipeline.store.atomic import write_json_atomic
-from pipeline.store.parquet import RUNS
+from pipeline.store.parquet import RESULTS, RUNS, read_table
 
 SHARDS = "shards"
 EXTRACT_DEPLOYMENT = "extract-folder/shard"
@@ -46,12 +48,12 @@ _ADDITIVE = ("seen", "results", "failures", "skipped", "visual_tokens", "prompt_
 
 
 @dataclass
-@dataclass
 class Shard:
     index: int
     files: list[str]
     items: int  # discovery items (pages, skips, ingest failures) the child must account for
     manifest: Path | None = None
+    child_runs: list[str] = field(default_factory=list)  # every child run launched for it, oldest first
 
 
 def write_shard(out: Path, run_id: str, input_dir: Path, shard: Shard) -> Path:
@@ -126,6 +128,39 @@ async def run_shard(shard: Shard, launch: Callable[[Shard], Awaitable[dict[str, 
     return outcome
 
 
+def child_summary(out: Path, run: FlowRun) -> dict[str, Any]:
+    """The summary a finished child run wrote, which stands whatever state the run ended in: a child writes it
+    once every document is in Parquet, so a run that failed after it (publishing its artifacts, say) has done
+    its shard. A child that wrote none is what the shard is tried again for."""
+    path = out / RUNS / f"{run.id}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    state = run.state.type.value if run.state else "unknown"
+    raise RuntimeError(f"child run {run.name} ended {state} without writing its summary")
+
+
+def credit_earlier_attempts(out: Path, outcome: ShardOutcome) -> dict[str, Any]:
+    """The shard's last summary with what its earlier, unfinished attempts stored counted as this run's results.
+
+    The last attempt skips those documents as already done (they are in Parquet, with the earlier child's run
+    id), yet this run extracted them: without the credit the run's results would be fewer than the rows it
+    wrote. Decision counts cover the last attempt's records only."""
+    summary = outcome.summary
+    assert summary is not None
+    earlier = sum(_rows(out, run_id) for run_id in outcome.shard.child_runs[:-1])
+    if not earlier:
+        return summary
+    skipped_by_reason = Counter(summary["skipped_by_reason"])
+    skipped_by_reason["already_done"] -= earlier
+    return {**summary, "results": summary["results"] + earlier, "skipped": summary["skipped"] - earlier,
+            "skipped_by_reason": dict(+skipped_by_reason)}
+
+
+def _rows(out: Path, run_id: str) -> int:
+    table = read_table(out, RESULTS, ["run_id"], run_id=run_id)
+    return 0 if table is None else table.num_rows
+
+
 def merge_summaries(own: dict[str, Any], outcomes: Sequence[ShardOutcome]) -> dict[str, Any]:
     """The parent's skips plus every shard's counts. Percentiles do not add up across shards, so they are left
     to the shards' own summaries; a shard that never finished leaves the run unaccounted."""
@@ -143,6 +178,7 @@ def merge_summaries(own: dict[str, Any], outcomes: Sequence[ShardOutcome]) -> di
                                                              if o.summary is not None])
     merged["estimated_cost"] = round(merged["estimated_cost"], 6)
     merged["shards"] = len(outcomes)
+    merged["shard_attempts"] = sum(o.attempts for o in outcomes)
     merged["shards_failed"] = sum(1 for o in outcomes if o.summary is None)
     merged["accounted"] = (merged["shards_failed"] == 0
                            and merged["seen"] == merged["results"] + merged["failures"] + merged["skipped"])
@@ -163,8 +199,15 @@ def merge_decisions(own: dict[str, Any], shards: Sequence[dict[str, Any] | None]
     return merged
 
 
-def read_run_summary(out: Path, run_id: str) -> dict[str, Any]:
-    return json.loads((out / RUNS / f"{run_id}.json").read_text(encoding="utf-8"))
+async def finished_run(run_id: UUID, poll_interval: float) -> FlowRun:
+    """The child run once it is in a final state, read from the server every `poll_interval` seconds (as
+    `run_deployment` waits, which gives no run id when its wait is cut short)."""
+    async with get_client() as client:
+        while True:
+            run = await client.read_flow_run(run_id)
+            if run.state is not None and run.state.is_final():
+                return run
+            await asyncio.sleep(poll_interval)
 
 
 @flow(name="extract-sharded", flow_run_name="sharded {input_dir}", log_prints=False)
@@ -181,12 +224,16 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
     size = shard_size or settings.schedule.shard_size
 
     async def launch(shard: Shard) -> dict[str, Any]:
-        run = await run_deployment(deployment, timeout=None, poll_interval=poll_interval, parameters={
+        run = await run_deployment(deployment, timeout=0, parameters={
             "input_dir": str(root), "out_dir": str(out), "backend": backend, "shard": str(shard.manifest),
             "force": force})
+        shard.child_runs.append(str(run.id))  # before waiting: its rows count even if the wait is cut short
+        run = await finished_run(run.id, poll_interval)
+        summary = child_summary(out, run)
         if run.state is None or not run.state.is_completed():
-            raise RuntimeError(f"child run {run.name} ended {run.state.type.value if run.state else 'unknown'}")
-        return read_run_summary(out, str(run.id))
+            logger.warning("shard %d: child run %s ended %s after writing its summary; its accounting stands",
+                           shard.index, run.name, run.state.type.value if run.state else "unknown")
+        return summary
 
     slots = asyncio.Semaphore(max(1, parallel_shards))
     running: list[asyncio.Task[ShardOutcome]] = []
@@ -213,6 +260,9 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
             shard.manifest = write_shard(out, run_id, root, shard)
             running.append(asyncio.create_task(one(shard)))
         outcomes = await asyncio.gather(*running)
+        for outcome in outcomes:
+            if outcome.summary is not None:
+                outcome.summary = credit_earlier_attempts(out, outcome)
         run.conflict_runs = {o.summary["run_id"] for o in outcomes if o.summary is not None}
         run.summary_extra.update(input_dir=str(root), out_dir=str(out))
         run.summarize = lambda own: merge_summaries(own, outcomes)

@@ -15,16 +15,30 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
-from flows.sharded import Shard, plan_shards, read_shard, run_shard, write_shard
+from flows.sharded import (
+    Shard,
+    ShardOutcome,
+    child_summary,
+    credit_earlier_attempts,
+    plan_shards,
+    read_shard,
+    run_shard,
+    write_shard,
+)
+from pipeline.datamodel import Skipped, SkipReason
 from pipeline.ingest.discover import Discovery
+from pipeline.run.session import RunSession
 from pipeline.run.tally import RunTally
+from pipeline.settings import Settings
 from pipeline.store.parquet import FAILURES, RESULTS, read_table
 from synth.sample_set import build_eval
 from tests.support.mistake_server import truth_model
 from tests.support.prefect_server import BIN, REPO, Stack, prefect_server
+from tests.support.records import passport_record
 
 POOL = "idflow-shards"
 KEY = "sk-sharded-61fa2c"
@@ -67,6 +81,58 @@ def test_a_failed_shard_is_retried_alone() -> None:
     outcomes = asyncio.run(main())
     assert sorted(launched) == [1, 2, 2, 3]
     assert [o.attempts for o in outcomes] == [1, 2, 1] and all(o.summary for o in outcomes)
+
+
+def test_a_child_that_wrote_its_summary_has_done_its_shard_whatever_state_it_ended_in(tmp_path: Path) -> None:
+    """A child fails after its summary (publishing artifacts, say): its documents are in Parquet and counted, so
+    the shard is not tried again (a second child would find them done and count them as skipped). A child that
+    wrote none is tried again, and the error names the state it ended in."""
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.states import Completed, Failed
+
+    child = uuid4()
+
+    async def finished() -> dict[str, Any] | None:
+        async with RunSession.open(tmp_path, run_id=str(child), settings=Settings()) as run:
+            run.see()
+            run.record(passport_record(1))
+        return run.summary
+
+    written = asyncio.run(finished())
+    failed = FlowRun(id=child, flow_id=uuid4(), name="shard-1", state=Failed(message="artifact refused"))
+    assert child_summary(tmp_path, failed) == written and written["results"] == 1
+    with pytest.raises(RuntimeError, match="shard-2 ended FAILED without writing its summary"):
+        child_summary(tmp_path, FlowRun(flow_id=uuid4(), name="shard-2", state=Failed()))
+    with pytest.raises(RuntimeError, match="ended COMPLETED without"):
+        child_summary(tmp_path, FlowRun(flow_id=uuid4(), name="shard-3", state=Completed()))
+
+
+def test_what_an_unfinished_attempt_stored_counts_as_the_runs_results(tmp_path: Path) -> None:
+    """The first child stores one of its shard's two pages and dies before its summary; the second skips that
+    page as already done and reads the other. The run extracted both: two results, no skip, as many as the rows
+    it wrote."""
+    async def attempt(run_id: str) -> dict[str, Any] | None:
+        async with RunSession.open(tmp_path, run_id=run_id, settings=Settings()) as run:
+            for i in (1, 2):
+                run.see()
+                if f"{i:064d}:0" in run.done:
+                    run.record(Skipped(f"{i}.png", SkipReason.ALREADY_DONE))
+                    continue
+                run.record(passport_record(i))
+                if run_id == "child-1":
+                    raise RuntimeError("worker killed")
+        return run.summary
+
+    with pytest.raises(RuntimeError, match="killed"):
+        asyncio.run(attempt("child-1"))
+    last = asyncio.run(attempt("child-2"))
+    assert last is not None and (last["results"], last["skipped"]) == (1, 1)
+    shard = Shard(1, ["1.png", "2.png"], 2, child_runs=["child-1", "child-2"])
+    credited = credit_earlier_attempts(tmp_path, ShardOutcome(shard, attempts=2, summary=last))
+    assert (credited["results"], credited["skipped"], credited["skipped_by_reason"]) == (2, 0, {})
+    assert credited["results"] == read_table(tmp_path, RESULTS).num_rows
+    once = Shard(2, ["2.png"], 1, child_runs=["child-2"])  # a shard done at its first attempt is left as it is
+    assert credit_earlier_attempts(tmp_path, ShardOutcome(once, attempts=1, summary=last)) == last
 
 
 SHARD_DEPLOYMENT_YAML = """\
@@ -149,10 +215,9 @@ def test_shards_run_on_two_pool_workers_accounted_without_duplicates(pool: Stack
     assert (len(results), len(failures)) == (summary["results"], summary["failures"])
     keys = [(r["sha256"], r["page"]) for r in results]
     assert len(keys) == len(set(keys)), "a document was extracted twice"
-    assert len({r["run_id"] for r in results + failures}) == summary["shards"]  # each shard wrote its own parts
-
-    runs = pool.call(_shard_runs)
-    assert len(runs) == summary["shards"] and all(r.state.is_completed() for r in runs)
+    runs = pool.call(_shard_runs)  # a shard tried again has a child run for each attempt, each its own parts
+    assert len(runs) == summary["shard_attempts"] >= summary["shards"]
+    assert {r["run_id"] for r in results + failures} <= {str(r.id) for r in runs}
     logs = {name: (pool.tmp / f"{name}.log").read_text(errors="replace") for name in ("worker-1", "worker-2")}
     ran_on = {name for name, log in logs.items() for r in runs if str(r.id) in log}
     assert ran_on == {"worker-1", "worker-2"}, "both pool workers should have run shards"

@@ -7,15 +7,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from pipeline.datamodel import (
-    DocumentRef,
-    Extraction,
     Failure,
     FieldReading,
-    PreparedImage,
     Reason,
     Record,
     Skipped,
@@ -25,18 +21,7 @@ from pipeline.run.session import Done, RunSession
 from pipeline.settings import Settings
 from pipeline.store.output_lock import OutputBusy
 from pipeline.store.parquet import FAILURES, RESULTS, RUNS, read_table
-
-
-def _record(i: int) -> Record:
-    ref = DocumentRef(path=Path(f"{i}.png"), rel_path=f"{i}.png", sha256=f"{i:064d}")
-    prepared = PreparedImage(ref=ref, pixels=np.zeros((32, 64, 3), np.uint8), original_size=(640, 320),
-                             sent_size=(64, 32), rotation_applied=0, skew_corrected=0.0,
-                             orientation="landscape", visual_tokens=2)
-    extraction = Extraction(ref=ref, fields={"doc_type": "passport", "name": "MARTIN SARAH", "id_number": "ZE000509",
-                                             "expiry_date": "2031-01-14", "orientation": "landscape"},
-                            backend="ocr", model="m", field_states={"name": FieldReading("MARTIN SARAH", "present", 0.9)})
-    return Record(extraction=extraction, prepared=prepared, checks=["schema"], expiry_date="2031-01-14",
-                  expiry_long_term=False)
+from tests.support.records import passport_record
 
 
 def _summary(out: Path, run_id: str) -> dict:
@@ -50,7 +35,7 @@ def _run(coro):
 def test_a_finished_run_stores_its_rows_and_an_accounted_summary(tmp_path: Path) -> None:
     async def go() -> RunSession:
         async with RunSession.open(tmp_path, run_id="r1", settings=Settings()) as run:
-            for outcome in (_record(1), _record(2), Failure("bad.jpg", None, None, "ingest", Reason.EMPTY_FILE, "0 B"),
+            for outcome in (passport_record(1), passport_record(2), Failure("bad.jpg", None, None, "ingest", Reason.EMPTY_FILE, "0 B"),
                             Skipped(".hidden", SkipReason.HIDDEN)):
                 run.see()
                 run.record(outcome)
@@ -70,7 +55,7 @@ def test_an_error_keeps_what_was_extracted_and_writes_no_summary(tmp_path: Path)
     async def go() -> None:
         async with RunSession.open(tmp_path, run_id="r1", settings=Settings()) as run:
             run.see(2)
-            run.record(_record(1))
+            run.record(passport_record(1))
             raise RuntimeError("the endpoint went away")
 
     with pytest.raises(RuntimeError, match="went away"):
@@ -122,7 +107,7 @@ def test_what_is_done_depends_on_the_run_kind(tmp_path: Path) -> None:
     async def store() -> None:
         async with RunSession.open(tmp_path, run_id="r1", settings=settings) as run:
             run.see()
-            run.record(_record(7))
+            run.record(passport_record(7))
 
     async def done(**kw) -> frozenset[str]:
         async with RunSession.open(tmp_path, run_id="probe", **kw) as run:
@@ -143,8 +128,8 @@ def test_a_result_the_writer_cannot_store_is_counted_as_a_failure_once(tmp_path:
     async def go() -> RunSession:
         async with RunSession.open(tmp_path, run_id="r1", settings=Settings()) as run:
             run.see(2)
-            run.record(_record(1))
-            run.record(dataclasses.replace(_record(2), expiry_date="14/01/2023"))  # no row can be built
+            run.record(passport_record(1))
+            run.record(dataclasses.replace(passport_record(2), expiry_date="14/01/2023"))  # no row can be built
             assert [f.sha256 for f in run.flush()] == [f"{2:064d}"]
             run.flush()  # again: nothing counted twice
         return run
@@ -176,9 +161,9 @@ def test_the_summary_counts_records_whose_number_another_document_shows_with_ano
         assert run.summary is not None
         return run.summary
 
-    assert _run(one_run("r1", [_record(1)]))["number_conflicts"] == {"records": 0, "other_records": 0,
+    assert _run(one_run("r1", [passport_record(1)]))["number_conflicts"] == {"records": 0, "other_records": 0,
                                                                      "numbers": []}
-    renamed = _record(2)
+    renamed = passport_record(2)
     renamed.extraction.fields["name"] = "MARTIN SARA"
     assert _run(one_run("r2", [renamed]))["number_conflicts"] == {"records": 1, "other_records": 1,
                                                                   "numbers": ["ZE****09"]}
@@ -191,7 +176,7 @@ def test_the_summary_counts_what_a_desk_decides_first(tmp_path: Path) -> None:
     sure = {name: FieldReading("x", "present", 0.99) for name in ("name", "id_number", "expiry_date")}
 
     def record(i: int, expiry: str | None, issuer: str | None, *, confident: bool = True) -> Record:
-        r = _record(i)
+        r = passport_record(i)
         ex = dataclasses.replace(r.extraction, issuer=issuer, field_states=sure if confident else {},
                                  fields={**r.extraction.fields, "id_number": f"ZE00050{i}"})  # no number conflict
         return dataclasses.replace(r, extraction=ex, expiry_date=None if expiry == "long-term" else expiry,
