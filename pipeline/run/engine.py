@@ -29,6 +29,7 @@ from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, 
 from pipeline.extract.base import ExtractionBackend, Unfinished
 from pipeline.extract.registry import find_spec
 from pipeline.masking import redact
+from pipeline.memory import return_freed_memory
 from pipeline.prepare import prepare_page
 from pipeline.prepare.isolated import prepare_isolated
 from pipeline.review.thumbnails import RunThumbnails
@@ -90,6 +91,7 @@ class Engine:
     def __init__(self, settings: Settings, backend: ExtractionBackend, *, prepare_workers: int | None = None,
                  request_slot: RequestSlot | None = None, journal: CrashJournal | None = None,
                  thumbnails: RunThumbnails | None = None) -> None:
+        return_freed_memory()  # before the first page: a heap grown by other settings is kept
         self.settings = settings
         self.backend = backend
         self.concurrency = max(1, settings.concurrency)

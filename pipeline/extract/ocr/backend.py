@@ -28,7 +28,6 @@ Why a zone-only image is resized first: a cut-out MRZ touches the frame and its 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import time
 from collections.abc import Sequence
@@ -51,6 +50,7 @@ from pipeline.extract.registry import OCR, ocr_model_id
 from pipeline.formats.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, read_document
 from pipeline.formats.lines import filler_rich
 from pipeline.formats.registered import FORMATS
+from pipeline.memory import return_freed_memory
 from pipeline.trust import table as calibration
 
 if TYPE_CHECKING:
@@ -180,27 +180,6 @@ def second_reading(pixels: np.ndarray, lines: list[OcrLine], first: DocumentRead
 def _zone_decoded(reading: DocumentReading) -> bool:
     """Whether a machine-readable zone decoded at all (its checks ran, passed or not)."""
     return any(c.startswith("mrz.") for c in reading.checks + reading.check_failures)
-
-
-def return_freed_memory() -> None:
-    """Have glibc's allocator give freed memory back to the system (a no-op elsewhere).
-
-    Why: a page's detector and recogniser buffers are tens of MB, allocated and freed on every page from worker
-    threads; by default glibc serves such blocks from per-thread heaps it keeps once grown (and raises its mmap
-    threshold after each freed block), so a run's resident size climbed to ~1 GB on the 15-file sample although
-    it holds one page's buffers at a time. Blocks of 4 MB and more are mmapped (unmapped when freed), heap tops
-    over 16 MB trimmed, and at most two heaps made: the same sample then peaks near 600 MB, for a page fault per
-    big buffer.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    for option, value in ((_M_MMAP_THRESHOLD, 4 << 20), (_M_TRIM_THRESHOLD, 16 << 20), (_M_ARENA_MAX, 2)):
-        libc.mallopt(option, value)
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc's malloc.h
 
 
 class OcrBackend:
