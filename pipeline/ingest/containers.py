@@ -30,6 +30,8 @@ import warnings
 from enum import StrEnum
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pypdfium2 as pdfium
 from PIL import ExifTags, Image, ImageOps
 
@@ -197,6 +199,27 @@ def open_page(source: Source, page: int, settings: PrepareSettings, *,
         w, h = min_size
         im.draft(None, (h, w) if _orientation(im) in _TRANSPOSING_ORIENTATIONS else (w, h))
     return _decode(im)
+
+
+def plain_png_pixels(data: bytes, page: int, settings: PrepareSettings) -> np.ndarray | None:
+    """A PNG of 8-bit grey or RGB samples (or 16-bit RGB) without transparency, EXIF or frames, decoded by OpenCV
+    straight into an RGB array; None for any other page, which `open_page` decodes.
+
+    Why: such a PNG is most of the PNGs scanners and phones write, and it is decoded whole. Through Pillow it is
+    held three times at once (the image at 4 bytes a pixel, its bytes, then the array), the largest momentary
+    allocation of a VLM run; OpenCV decodes it into the array alone, in less CPU, releasing the GIL. The pixels
+    are the same (PNG is lossless; 16-bit samples keep their high byte either way). A stream OpenCV cannot decode
+    gives None too, so Pillow's decode reports it as for any other page. The pixel cap is checked first."""
+    if page != 0 or _kind_from_magic(data[:_SNIFF_BYTES]) is not Kind.PNG or _may_hold_exif(data, Kind.PNG):
+        return None
+    with _open_image(data, Kind.PNG, settings) as im:
+        if im.mode not in _PLAIN_PNG_MODES or "transparency" in im.info or getattr(im, "is_animated", False):
+            return None
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
+    return None if bgr is None else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB, dst=bgr)
+
+
+_PLAIN_PNG_MODES = frozenset({"L", "RGB"})
 
 
 def page_size(source: Source, page: int, settings: PrepareSettings) -> tuple[int, int]:

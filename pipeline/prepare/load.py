@@ -24,7 +24,7 @@ import numpy as np
 from PIL import Image
 
 from pipeline.datamodel import DocumentRef, Reason
-from pipeline.ingest.containers import ContainerError, open_page, page_size, read_document
+from pipeline.ingest.containers import ContainerError, open_page, page_size, plain_png_pixels, read_document
 from pipeline.prepare.resize import resize_to
 from pipeline.settings import PrepareSettings
 
@@ -113,8 +113,12 @@ class VerifiedPage:
             min_size = (max(1, math.ceil(self.size[0] * fraction - 1e-6)),
                         max(1, math.ceil(self.size[1] * fraction - 1e-6)))
         self._decoded = None  # free the previous decode first
-        self._decoded = to_rgb(open_page(self._data, self._page, self._settings, min_size=min_size))
-        return self._decoded.size
+        plain = plain_png_pixels(self._data, self._page, self._settings)  # always whole: no smaller decode
+        self._decoded = plain if plain is not None else to_rgb(open_page(self._data, self._page, self._settings,
+                                                                         min_size=min_size))
+        size = self.decoded_size
+        assert size is not None
+        return size
 
     def _as_array(self) -> np.ndarray:
         """The last decode as an RGB array, converted once."""

@@ -304,3 +304,36 @@ def test_read_document_refuses_what_is_not_a_regular_file(tmp_path: Path) -> Non
     with pytest.raises(ContainerError) as e:
         read_document(tmp_path / "gone.png", 1 << 20)
     assert _reason(e) is Reason.CHANGED_DURING_RUN
+
+
+def _png(im: Image.Image, **options: object) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, "PNG", **options)
+    return buf.getvalue()
+
+
+def test_a_plain_png_is_decoded_by_opencv_into_the_pixels_pillow_gives() -> None:
+    """Grey and RGB, 8 and 16 bits: the same array as Pillow's decode made RGB. Anything else (alpha, palette,
+    a transparent colour, EXIF, a truncated stream) is left to Pillow's path, which handles it or names it."""
+    from pipeline.ingest.containers import plain_png_pixels
+    from pipeline.prepare.load import to_rgb
+
+    settings = PrepareSettings()
+    rgb = _noise_image()
+    sixteen_bit = (np.asarray(rgb).astype(np.uint16) * 257 + 91)[:, :, ::-1]  # OpenCV writes BGR
+    import cv2
+
+    for data in (_png(rgb), _png(rgb.convert("L")), cv2.imencode(".png", sixteen_bit)[1].tobytes()):
+        plain = plain_png_pixels(data, 0, settings)
+        assert plain is not None and plain.flags.writeable
+        assert np.array_equal(plain, np.asarray(to_rgb(open_page(data, 0, settings))))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    for data in (_png(rgb.convert("RGBA")), _png(rgb.convert("P")), _png(rgb.convert("LA")),
+                 _png(rgb, transparency=(0, 0, 0)), _png(rgb, exif=exif), _png(rgb)[:5000]):
+        assert plain_png_pixels(data, 0, settings) is None
+    with pytest.raises(ContainerError):
+        open_page(_png(rgb)[:5000], 0, settings)
+    with pytest.raises(ContainerError) as too_big:
+        plain_png_pixels(_png(rgb), 0, PrepareSettings(max_input_pixels=100_000))
+    assert too_big.value.reason is Reason.TOO_MANY_PIXELS
