@@ -136,6 +136,25 @@ def prefect_server(tmp: Path, stack_class: type[S] = Stack, **fields: Any) -> It
     try:
         stack.start("server", str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port))
         wait_for(lambda: healthy(stack.api) or stack.alive("server"), 240, "the Prefect server")
-        yield stack
+        with _events_to(stack.api):
+            yield stack
     finally:
         stack.stop_all()
+
+
+@contextmanager
+def _events_to(api: str) -> Iterator[None]:
+    """Events this test process emits go to `api` while the stack is up (the flows the test runs in-process).
+
+    Why: Prefect keeps one events worker a process for every server given by PREFECT_API_URL, made with the URL
+    set when it started. An earlier test's server, stopped since, would otherwise still receive this stack's
+    events: each one failed, and the drain at the end waited out its timeout for them."""
+    from prefect.events.clients import PrefectEventsClient
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.set_client_override(PrefectEventsClient, api_url=api)
+    try:
+        yield
+    finally:
+        _deliver_queued_events()
+        EventsWorker.set_client_override(None)
