@@ -230,7 +230,12 @@ def _resolve_number(raw: _Raw, confirmed: Collection[str] | None) -> tuple[_Raw,
     options = [c + _CONFUSABLE.get(c, "") for c in raw.number]
     if math.prod(len(o) for o in options) > _MAX_ALTERNATIVES:
         return raw, False
-    hits = [r for combo in itertools.product(*options) if _number_passes(r := _replace_number(raw, "".join(combo)))]
+    if raw.number_check == "<" and raw.overflow[:1].isalnum():  # the check digit is in the optional data
+        hits = [r for combo in itertools.product(*options)
+                if _number_passes(r := _replace_number(raw, "".join(combo)))]
+    else:  # the check over the number alone: the up to 4,096 strings are checked before any is made a reading
+        hits = [_replace_number(raw, number) for number in map("".join, itertools.product(*options))
+                if check_ok(number, raw.number_check)]
     if len(hits) > 1:
         on_page = [r for r in hits if r.number.replace("<", "") in confirmed]
         if len(on_page) == 1:
