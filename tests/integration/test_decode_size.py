@@ -131,16 +131,25 @@ def _png_chunk(kind: bytes, payload: bytes) -> bytes:
 
 
 def _decodes_during(monkeypatch: pytest.MonkeyPatch, call: Callable[[], object]) -> int:
-    """How many times Pillow decodes pixel data while `call` runs (a spy that calls through)."""
+    """How many times pixel data is decoded while `call` runs, by Pillow or by OpenCV (which decodes the plain
+    PNGs): spies that call through."""
+    import cv2
+
     count = 0
-    load = ImageFile.ImageFile.load
+    load, imdecode = ImageFile.ImageFile.load, cv2.imdecode
 
     def counting(self: ImageFile.ImageFile) -> object:
         nonlocal count
         count += self.tile != []  # a load with tiles left decodes; a repeated load is free
         return load(self)
 
+    def counting_imdecode(*args: object) -> object:
+        nonlocal count
+        count += 1
+        return imdecode(*args)
+
     monkeypatch.setattr(ImageFile.ImageFile, "load", counting)
+    monkeypatch.setattr(cv2, "imdecode", counting_imdecode)
     call()
     return count
 
