@@ -29,10 +29,10 @@ def _stop_early(number: int, frame: object) -> None:
 def start() -> None:
     """The `idflow` command (`python -m idflow`, the `idflow` script)."""
     signal.signal(signal.SIGTERM, _stop_early)
-    from pipeline.memory import return_freed_memory
-
-    return_freed_memory()  # before the imports start threads: a heap once made is kept
     try:
+        from pipeline.memory import return_freed_memory
+
+        return_freed_memory()  # before the imports start threads: a heap once made is kept
         from idflow.cli import main
 
         main()
