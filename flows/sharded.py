@@ -144,13 +144,16 @@ def credit_earlier_attempts(out: Path, outcome: ShardOutcome) -> dict[str, Any]:
 
     The last attempt skips those documents as already done (they are in Parquet, with the earlier child's run
     id), yet this run extracted them: without the credit the run's results would be fewer than the rows it
-    wrote. Decision counts cover the last attempt's records only."""
+    wrote. At most as many as the last attempt skipped as already done are credited: with `force` it reads them
+    again, and the earlier rows are then superseded copies, not more results. Decision counts cover the last
+    attempt's records only."""
     summary = outcome.summary
     assert summary is not None
-    earlier = sum(_rows(out, run_id) for run_id in outcome.shard.child_runs[:-1])
+    skipped_by_reason = Counter(summary["skipped_by_reason"])
+    earlier = min(sum(_rows(out, run_id) for run_id in outcome.shard.child_runs[:-1]),
+                  skipped_by_reason["already_done"])
     if not earlier:
         return summary
-    skipped_by_reason = Counter(summary["skipped_by_reason"])
     skipped_by_reason["already_done"] -= earlier
     return {**summary, "results": summary["results"] + earlier, "skipped": summary["skipped"] - earlier,
             "skipped_by_reason": dict(+skipped_by_reason)}

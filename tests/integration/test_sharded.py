@@ -31,7 +31,7 @@ from flows.sharded import (
 )
 from pipeline.datamodel import Skipped, SkipReason
 from pipeline.ingest.discover import Discovery
-from pipeline.run.session import RunSession
+from pipeline.run.session import Done, RunSession
 from pipeline.run.tally import RunTally
 from pipeline.settings import Settings
 from pipeline.store.parquet import FAILURES, RESULTS, read_table
@@ -111,8 +111,8 @@ def test_what_an_unfinished_attempt_stored_counts_as_the_runs_results(tmp_path: 
     """The first child stores one of its shard's two pages and dies before its summary; the second skips that
     page as already done and reads the other. The run extracted both: two results, no skip, as many as the rows
     it wrote."""
-    async def attempt(run_id: str) -> dict[str, Any] | None:
-        async with RunSession.open(tmp_path, run_id=run_id, settings=Settings()) as run:
+    async def attempt(run_id: str, done: Done = Done.SAME_SETTINGS) -> dict[str, Any] | None:
+        async with RunSession.open(tmp_path, run_id=run_id, settings=Settings(), done=done) as run:
             for i in (1, 2):
                 run.see()
                 if f"{i:064d}:0" in run.done:
@@ -133,6 +133,11 @@ def test_what_an_unfinished_attempt_stored_counts_as_the_runs_results(tmp_path: 
     assert credited["results"] == read_table(tmp_path, RESULTS).num_rows
     once = Shard(2, ["2.png"], 1, child_runs=["child-2"])  # a shard done at its first attempt is left as it is
     assert credit_earlier_attempts(tmp_path, ShardOutcome(once, attempts=1, summary=last)) == last
+    # with `force` a last attempt reads both pages again: the earlier rows are superseded copies, not more results
+    forced = asyncio.run(attempt("child-3", Done.NOTHING))
+    assert forced is not None and (forced["results"], forced["skipped"]) == (2, 0)
+    again = Shard(1, ["1.png", "2.png"], 2, child_runs=["child-1", "child-2", "child-3"])
+    assert credit_earlier_attempts(tmp_path, ShardOutcome(again, attempts=3, summary=forced)) == forced
 
 
 SHARD_DEPLOYMENT_YAML = """\
