@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,11 +26,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from uuid import UUID
 
+import httpx
 from prefect import flow, get_client, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import get_run_context
 from prefect.deployments import run_deployment
+from prefect.exceptions import PrefectHTTPStatusError
 
 from pipeline.datamodel import Skipped
 from pipeline.ingest.discover import Discovery
@@ -202,14 +205,28 @@ def merge_decisions(own: dict[str, Any], shards: Sequence[dict[str, Any] | None]
     return merged
 
 
-async def finished_run(run_id: UUID, poll_interval: float) -> FlowRun:
+async def finished_run(run_id: UUID, poll_interval: float, patience_s: float = 600.0) -> FlowRun:
     """The child run once it is in a final state, read from the server every `poll_interval` seconds (as
-    `run_deployment` waits, which gives no run id when its wait is cut short)."""
+    `run_deployment` waits, which gives no run id when its wait is cut short).
+
+    A server that does not answer (after the client's own retries) is asked again until it has not answered for
+    `patience_s` seconds, then the error is raised: giving up at once would launch the shard again while its
+    child may still be running, and the two would read the same documents."""
     async with get_client() as client:
+        silent_since: float | None = None
         while True:
-            run = await client.read_flow_run(run_id)
-            if run.state is not None and run.state.is_final():
-                return run
+            try:
+                run = await client.read_flow_run(run_id)
+            except (httpx.TransportError, PrefectHTTPStatusError) as exc:
+                if isinstance(exc, PrefectHTTPStatusError) and exc.response.status_code < 500:
+                    raise
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since > patience_s:
+                    raise
+            else:
+                silent_since = None
+                if run.state is not None and run.state.is_final():
+                    return run
             await asyncio.sleep(poll_interval)
 
 

@@ -233,6 +233,99 @@ def test_shards_run_on_two_pool_workers_accounted_without_duplicates(pool: Stack
     assert again["failures"] == summary["failures"]
 
 
+class CuttableProxy:
+    """A loopback TCP proxy to the Prefect server that can be cut: while cut, it drops every connection it has
+    and closes each new one unanswered (the client sees the server disconnect), as a network outage would."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.cut, self.forwarded, self.dropped = port, False, 0, 0
+        self.dropped_enough, self.passed = asyncio.Event(), asyncio.Event()
+        self._open: set[asyncio.StreamWriter] = set()
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/api"
+
+    def cut_off(self) -> None:
+        self.cut = True
+        for writer in list(self._open):
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.cut:
+            self.dropped += 1
+            if self.dropped >= 3:
+                self.dropped_enough.set()
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self._open |= {writer, up_writer}
+        self.forwarded += 1
+        self.passed.set()
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+                self._open.discard(dst)
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+def test_the_wait_for_a_child_run_outlasts_an_outage_and_gives_up_after_its_patience(pool: Stack) -> None:
+    """The parent waits on a child run through a server it cannot reach for a while (launching the shard again
+    would have two children read the same documents), and raises once the outage outlasts its patience."""
+    import httpx
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+    from prefect.states import Completed, Pending
+
+    from flows.sharded import finished_run
+
+    @flow(name="shard-wait-target")
+    def target() -> None:
+        pass
+
+    async def main() -> tuple[Any, type[BaseException] | None]:
+        proxy = CuttableProxy(int(pool.url.rsplit(":", 1)[1]))
+        through = await proxy.start()
+        with temporary_settings({PREFECT_API_URL: pool.api}):
+            async with get_client() as direct:
+                run = await direct.create_flow_run(target, state=Pending())
+                with temporary_settings({PREFECT_API_URL: through, PREFECT_CLIENT_MAX_RETRIES: 0}):
+                    waiting = asyncio.create_task(finished_run(run.id, 0.05, patience_s=120))
+                    await asyncio.wait_for(proxy.passed.wait(), 60)  # it asked the server through the proxy
+                    proxy.cut_off()
+                    refused = asyncio.ensure_future(proxy.dropped_enough.wait())  # and was refused 3 times since
+                    await asyncio.wait({refused, waiting}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+                    if waiting.done():
+                        waiting.result()  # it stopped waiting during the outage: its error is the failure
+                    assert refused.done(), "the wait never asked the server again"
+                    await direct.set_flow_run_state(run.id, Completed(), force=True)
+                    proxy.cut = False
+                    finished = await asyncio.wait_for(waiting, 120)
+                    proxy.cut_off()
+                    try:
+                        await asyncio.wait_for(finished_run(run.id, 0.05, patience_s=0.5), 60)
+                        gave_up = None
+                    except Exception as exc:  # noqa: BLE001 - the type is what is checked
+                        gave_up = type(exc)
+        assert proxy.server is not None
+        proxy.server.close()
+        return finished, gave_up
+
+    finished, gave_up = asyncio.run(main())
+    assert finished.state.is_completed()
+    assert gave_up is not None and issubclass(gave_up, httpx.TransportError)
+
+
 async def _shard_runs(client: Any) -> list:
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 
