@@ -7,13 +7,12 @@ import dataclasses
 from datetime import date
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.datamodel import DocumentRef, Extraction, Failure, FieldReading, PreparedImage, Reason, Record
+from pipeline.datamodel import DocumentRef, Failure, Reason, Record
 from pipeline.store.parquet import (
     FAILURES,
     RESULT_SCHEMA,
@@ -25,19 +24,15 @@ from pipeline.store.parquet import (
     read_table,
     source_file_name,
 )
+from tests.support.records import passport_record
 
 
 def _record(i: int) -> Record:
-    ref = DocumentRef(path=Path(f"{i}.png"), rel_path=f"{i}.png", sha256=f"{i:064d}")
-    prepared = PreparedImage(ref=ref, pixels=np.zeros((32, 64, 3), np.uint8), original_size=(640, 320),
-                             sent_size=(64, 32), rotation_applied=90, skew_corrected=1.5,
-                             orientation="landscape", visual_tokens=2)
-    extraction = Extraction(ref=ref, fields={"doc_type": "passport", "name": "MARTIN SARAH", "id_number": "ZE000509",
-                                             "expiry_date": "2023-01-14", "orientation": "landscape"},
-                            backend="ocr", model="m", checks=["mrz.number"], rotation_correction=180,
-                            field_states={"name": FieldReading("MARTIN SARAH", "present", 0.9)})
-    return Record(extraction=extraction, prepared=prepared, checks=["schema", "mrz.number"],
-                  expiry_date="2023-01-14", expiry_long_term=False)
+    """An expired passport's record, turned 90 degrees by prepare and 180 more by the backend, a zone check passed."""
+    record = passport_record(i, expiry="2023-01-14")
+    prepared = dataclasses.replace(record.prepared, rotation_applied=90, skew_corrected=1.5)
+    extraction = dataclasses.replace(record.extraction, checks=["mrz.number"], rotation_correction=180)
+    return dataclasses.replace(record, extraction=extraction, prepared=prepared, checks=["schema", "mrz.number"])
 
 
 def test_rows_are_typed_and_parts_atomic(tmp_path: Path) -> None:
