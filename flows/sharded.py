@@ -138,8 +138,11 @@ def child_summary(out: Path, run: FlowRun) -> dict[str, Any]:
     path = out / RUNS / f"{run.id}.json"
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
-    state = run.state.type.value if run.state else "unknown"
-    raise RuntimeError(f"child run {run.name} ended {state} without writing its summary")
+    raise RuntimeError(f"child run {run.name} ended {_state(run)} without writing its summary")
+
+
+def _state(run: FlowRun) -> str:
+    return run.state.type.value if run.state else "unknown"
 
 
 def credit_earlier_attempts(out: Path, outcome: ShardOutcome) -> dict[str, Any]:
@@ -252,7 +255,7 @@ async def extract_sharded(input_dir: str, out_dir: str, backend: str = "ocr", sh
         summary = child_summary(out, run)
         if run.state is None or not run.state.is_completed():
             logger.warning("shard %d: child run %s ended %s after writing its summary; its accounting stands",
-                           shard.index, run.name, run.state.type.value if run.state else "unknown")
+                           shard.index, run.name, _state(run))
         return summary
 
     slots = asyncio.Semaphore(max(1, parallel_shards))

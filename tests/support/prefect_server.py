@@ -155,6 +155,5 @@ def _events_to(api: str) -> Iterator[None]:
     EventsWorker.set_client_override(PrefectEventsClient, api_url=api)
     try:
         yield
-    finally:
-        _deliver_queued_events()
+    finally:  # what it queued is delivered by `stop_all`, before the server stops
         EventsWorker.set_client_override(None)

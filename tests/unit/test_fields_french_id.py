@@ -129,7 +129,6 @@ def test_the_validity_span_on_the_last_day_of_february() -> None:
     assert french_id.spans_validity("1603", date(2016, 3, 1), date(2026, 2, 28)) is True
 
 
-
 def test_the_generator_and_the_reader_agree_on_every_issue_day() -> None:
     """The generator's French cards (`fr_1988_expiry`) end where the reader's span says, a 29 February issue too."""
     from datetime import timedelta
