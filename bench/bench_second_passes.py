@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "printed name lines": Timed(name_reread, "reread_name"),
         "zone name by a second reader (glyphs)": Timed(mrz_glyphs, "with_name_check"),
     }
-    backend, settings = OcrBackend(calibrated=False, today=date.today()), Settings()
+    backend, settings = OcrBackend(today=date.today()), Settings()
     read_seconds: list[float] = []
     bare_seconds: list[float] = []
     bare = _bare_engine() if args.bare else None

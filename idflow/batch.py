@@ -22,6 +22,7 @@ from pipeline.settings import Settings
 
 if TYPE_CHECKING:
     from pipeline.datamodel import Extraction
+    from pipeline.trust.table import Trust
 
 batch_app = typer.Typer(no_args_is_help=True, help="OpenAI Batch JSONL files for `vllm run-batch` or a batch API.")
 
@@ -102,7 +103,11 @@ def import_(
     except OSError as exc:
         raise config_error(f"batch output {file} cannot be read: {exc}") from None
     run_id = str(uuid.uuid4())
-    outcomes = [*(_validated(o, page) for o, page in zip(report.outcomes, recorded.pages.values(), strict=True)),
+    from pipeline.trust.table import Trust
+
+    trust = Trust.of(settings.calibration)
+    outcomes = [*(_validated(o, page, trust) for o, page in zip(report.outcomes, recorded.pages.values(),
+                                                                 strict=True)),
                 *recorded.failures]
     try:
         summary = asyncio.run(store_import(out, run_id, file, recorded, report, outcomes, settings, wait=wait,
@@ -125,12 +130,12 @@ def import_(
     raise typer.Exit(0 if summary["accounted"] else 1)
 
 
-def _validated(outcome: Extraction | Failure, prepared: PreparedImage) -> Record | Failure:
+def _validated(outcome: Extraction | Failure, prepared: PreparedImage, trust: Trust) -> Record | Failure:
     """The engine's validate stage for one imported answer; a bug there costs that page only, as in a run."""
     from pipeline.run.engine import finish, internal_failure
 
     try:
-        return finish(outcome, prepared)
+        return finish(outcome, prepared, trust)
     except Exception as exc:  # noqa: BLE001
         return internal_failure(prepared.ref, exc, outcome.backend)
 

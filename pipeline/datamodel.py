@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from pipeline.trust.key import TableKey
 
 Stage = Literal["ingest", "preprocess", "request", "parse", "validate", "internal"]
 FieldState = Literal["present", "absent", "unreadable"]
@@ -175,7 +178,8 @@ class FieldReading:
 
 @dataclass(slots=True)
 class Extraction:
-    """What a backend read from one page, before validation. `fields` holds the schema keys."""
+    """What a backend read from one page, before validation. `fields` holds the schema keys; confidences are raw
+    scores until the validate stage scores them (`pipeline.trust.table.Trust`)."""
 
     ref: DocumentRef
     fields: dict[str, Any]
@@ -195,7 +199,8 @@ class Extraction:
     rotation_correction: int = 0
     # Present field -> its evidence class, where the backend names it (a VLM answer's; else the checks decide).
     evidence: dict[str, str] = field(default_factory=dict)
-    # The calibration table that scored the confidences (`pipeline.trust.table`: key and hash); None: unknown.
+    # The calibration table that scored the confidences (`pipeline.trust.table`: key and hash); None: unknown, or
+    # not scored yet.
     calibration: str | None = None
     # The issuing state or country where the document states it (its zone's issuer code, `CHN` for a PRC card,
     # a national front's country); None where nothing on the page states it.
@@ -204,6 +209,9 @@ class Extraction:
     # answer's field proven by its own check digits, or read alike by the embedded OCR. The embedded table's
     # confidence for it is the field's floor (`pipeline.trust.table.floored`).
     embedded: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # The calibration table that measures the raw scores above (`pipeline.trust.table.Trust` scores them after
+    # validation); None: the embedded OCR's.
+    table_key: TableKey | None = None
 
 
 @dataclass(slots=True)

@@ -61,7 +61,7 @@ def observe(manifest: Path, today: date, limit: int | None = None, sink: TextIO 
     redrawn later without reading the pages again (`--reclass`). Written to `sink` page by page as they come;
     pages in `done` ((manifest, path, page) already observed) are not read again."""
     settings = Settings()
-    backend = OcrBackend(today=today, calibrated=False)
+    backend = OcrBackend(today=today)
     out = []
     items = load_manifest(manifest)[:limit]
     for n, item in enumerate(items, start=1):

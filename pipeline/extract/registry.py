@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.settings import BACKEND_NAMES as SETTINGS_BACKEND_NAMES
 from pipeline.settings import SCHEMA_PATH, Settings, http_base_url
-from pipeline.trust.table import OCR_BACKEND, ocr_model_id
+from pipeline.trust.key import OCR_BACKEND, ocr_model_id
 
 if TYPE_CHECKING:
     from pipeline.extract.base import ExtractionBackend

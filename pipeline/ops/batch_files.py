@@ -23,7 +23,6 @@ is read as nothing.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -64,8 +63,8 @@ from pipeline.extract.model.prompts import PROMPT_VERSION, load_prompt
 from pipeline.extract.registry import OPENAI
 from pipeline.masking import redact
 from pipeline.run.session import Done, RunSession
-from pipeline.settings import CalibrationSettings, OpenAISettings, Settings
-from pipeline.trust.table import Scorer, TableKey
+from pipeline.settings import OpenAISettings, Settings
+from pipeline.trust.key import TableKey
 
 log = logging.getLogger(__name__)
 
@@ -303,18 +302,12 @@ def _answer(ref: DocumentRef, item: dict[str, Any], model: str, source: str) -> 
     if verdict.judged is None:
         return answered  # invalid fields: the validate stage names the problem, as for a live answer
     judged = verdict.judged
-    return _scorer(answered.model)(dataclasses.replace(
+    # Batch answers are the live backend's answers to the same request: the table of the OpenAI-compatible
+    # backend with this model and prompt scores them.
+    return dataclasses.replace(
         answered, field_states=judged.states, checks=judged.checks, check_failures=judged.failures,
-        evidence=judged.classes, issuer=judged.issuer, embedded=judged.embedded))
-
-
-@functools.lru_cache(maxsize=8)
-def _scorer(model: str) -> Scorer:
-    """Batch answers are the live backend's answers to the same request: the table of the OpenAI-compatible
-    backend with this model and prompt scores them."""
-    calibration = CalibrationSettings()
-    return Scorer.for_key(TableKey(OPENAI.name, model, prompt_key(OpenAISettings().prompt_lang)), calibration.dir,
-                          raw=calibration.raw_scores)
+        evidence=judged.classes, issuer=judged.issuer, embedded=judged.embedded,
+        table_key=TableKey(OPENAI.name, answered.model, prompt_key(OpenAISettings().prompt_lang)))
 
 
 def _choice_tokens(choice: dict[str, Any]) -> Any:

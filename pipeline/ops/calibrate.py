@@ -25,7 +25,8 @@ from pipeline.extract.registry import backend_spec, model_name
 from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult, evaluate
 from pipeline.settings import Settings
 from pipeline.trust.fit import fit
-from pipeline.trust.table import Calibration, TableKey, Tables, ocr_key
+from pipeline.trust.key import TableKey, ocr_key
+from pipeline.trust.table import Calibration, Tables
 
 MIN_DOCUMENTS = 40
 

@@ -35,6 +35,7 @@ from pipeline.prepare.isolated import prepare_isolated
 from pipeline.review.thumbnails import RunThumbnails
 from pipeline.settings import Settings
 from pipeline.store.crash_journal import CrashJournal
+from pipeline.trust.table import Trust
 from pipeline.validate import validate
 
 Item = DocumentRef | Skipped | Failure
@@ -69,11 +70,15 @@ def without_pixels(outcome: Outcome) -> Outcome:
     return outcome
 
 
-def finish(extraction: Extraction | Failure, prepared: PreparedImage) -> Record | Failure:
-    """The validate stage for one extraction, from the engine or from an imported batch answer."""
+def finish(extraction: Extraction | Failure, prepared: PreparedImage, trust: Trust) -> Record | Failure:
+    """The validate stage for one extraction, from the engine or from an imported batch answer: validation, then
+    the confidence of every field it kept (`trust`: the one place confidence is decided)."""
     if isinstance(extraction, Failure):
         return extraction
-    return without_pixels(validate(extraction, prepared))  # type: ignore[return-value]
+    outcome = validate(extraction, prepared)
+    if isinstance(outcome, Record):
+        outcome.extraction = trust(outcome.extraction)
+    return without_pixels(outcome)  # type: ignore[return-value]
 
 
 class Engine:
@@ -94,6 +99,7 @@ class Engine:
         return_freed_memory()  # before the first page: a heap grown by other settings is kept
         self.settings = settings
         self.backend = backend
+        self.trust = Trust.of(settings.calibration)
         self.concurrency = max(1, settings.concurrency)
         self.prepare_workers = max(1, prepare_workers or os.cpu_count() or 1)
         self.isolated = 0
@@ -224,7 +230,7 @@ class Engine:
             (extraction,) = await (deferring or self.backend.extract)([page])
             if isinstance(extraction, Unfinished):
                 return extraction, page
-            outcome = finish(extraction, page)
+            outcome = finish(extraction, page, self.trust)
         except Exception as exc:  # noqa: BLE001 - any bug is contained to this document
             return internal_failure(page.ref, exc, self.backend.name), page
         return await self._pictured(outcome, page), page
@@ -232,7 +238,7 @@ class Engine:
     async def _finish(self, pending: Unfinished, page: PreparedImage) -> Record | Failure:
         """An `Unfinished` page's second reading, then the validate stage."""
         try:
-            outcome = finish(await pending.finish(), page)
+            outcome = finish(await pending.finish(), page, self.trust)
         except Exception as exc:  # noqa: BLE001 - any bug is contained to this document
             return internal_failure(page.ref, exc, self.backend.name)
         return await self._pictured(outcome, page)

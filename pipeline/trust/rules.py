@@ -50,15 +50,16 @@ def disagreeing_fields(failures: list[str], extra: Mapping[str, str] | None = No
 
 
 def cap_disagreements(extraction: Extraction, extra: Mapping[str, str] | None = None) -> Extraction:
-    """The extraction with every present field whose sources disagree capped at `DISAGREEMENT_CAP` (call it
-    after calibration: it is the last word on a field's confidence)."""
+    """The extraction with every present or absent field whose sources disagree capped at `DISAGREEMENT_CAP`
+    (one source reading no value where another reads one is a disagreement too); call it after calibration: it is
+    the last word on a field's confidence."""
     fields = disagreeing_fields(extraction.check_failures, extra)
     states = dict(extraction.field_states)
     capped = False
     for name in fields:
         reading = states.get(name)
-        if (reading is not None and reading.state == "present" and reading.confidence is not None
+        if (reading is not None and reading.state != "unreadable" and reading.confidence is not None
                 and reading.confidence > DISAGREEMENT_CAP):
-            states[name] = FieldReading(reading.value, "present", DISAGREEMENT_CAP)
+            states[name] = FieldReading(reading.value, reading.state, DISAGREEMENT_CAP)
             capped = True
     return dataclasses.replace(extraction, field_states=states) if capped else extraction

@@ -35,9 +35,16 @@ applied, the rule of `pipeline.trust.rules` caps it (the formats' disagreements,
 its own zone, printed copies and the embedded OCR); a class `.../disagrees` is capped wherever a confidence is
 looked up by class.
 
-Where confidence is applied, in order (`Scorer.__call__`): `Calibration.apply` (the table of the key) or
-`unknown`, then `floored`, then `rules.cap_disagreements`. The hybrid backend's `reconcile` combines
-two readings already scored this way.
+**Applied once, after validation, for every backend.** A backend returns raw scores, the evidence behind them
+and the key of the table that measures them (`Extraction.table_key`); the validate stage (`Trust`, called by
+`pipeline.run.engine.finish`) then applies, in order: `Calibration.apply` (the table of the key) or `unknown`,
+`floored`, and `rules.cap_disagreements`. So a value validation refuted is never scored, and a rule is applied
+in one place whatever read the page. The hybrid backend scores a copy of the OCR's reading only to decide which
+pages to send to the model (`Trust` again); what it stores is scored like any other reading.
+
+A new evidence class is one entry in one place: the document format that has the evidence names it
+(`DocumentFormat.evidence_source`; a VLM answer's in `pipeline.extract.model.answer_evidence`), and a refit
+(`tools/fit_calibration.py`, `idflow calibrate`) measures it; until then it is capped (`unseen_cap`).
 """
 
 from __future__ import annotations
@@ -46,65 +53,29 @@ import bisect
 import dataclasses
 import hashlib
 import json
-import re
+import threading
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.datamodel import Extraction, FieldReading
 from pipeline.formats.registered import FORMATS
 from pipeline.store.atomic import write_json_atomic
+from pipeline.trust.key import TableKey, ocr_key
 from pipeline.trust.rules import ANSWER_DISAGREEMENTS, DISAGREEMENT_CAP, DISAGREES, cap_disagreements
 
+if TYPE_CHECKING:
+    from pipeline.settings import CalibrationSettings
+
 TABLE_NAME = "calibration_table.json"
-OCR_BACKEND = "ocr"  # the embedded backend's registered name (`pipeline.extract.registry.OCR`)
 
 
 def evidence_class(field: str, doc_type: str | None, checks: list[str], failures: list[str]) -> str:
     """The kind of evidence behind one present field, from the checks its reading passed or failed: each
     document format names the classes of its own evidence (`DocumentFormat.evidence_source`)."""
     return f"{field}/{FORMATS.evidence_source(field, doc_type, checks, failures)}"
-
-
-@dataclass(frozen=True, slots=True)
-class TableKey:
-    """What a table was fitted for: the backend kind, its model id and the prompt version (None: no prompt)."""
-
-    backend: str
-    model: str
-    prompt: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TableKey:
-        return cls(str(data["backend"]), str(data["model"]), data.get("prompt"))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "model": self.model, "prompt": self.prompt}
-
-    @property
-    def label(self) -> str:
-        return f"{self.backend}/{self.model}/{self.prompt or '-'}"
-
-    def file_name(self) -> str:
-        """A file name for this key: readable, and unique by a hash (model ids hold `/` and `:`)."""
-        readable = re.sub(r"[^A-Za-z0-9._-]+", "_", self.label)[:80]
-        digest = hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:10]
-        return f"{readable}-{digest}.json"
-
-
-@cache
-def ocr_model_id() -> str:
-    """The embedded OCR's model id: the RapidOCR release, whose wheel ships the PP-OCR models."""
-    from importlib.metadata import version
-
-    return f"rapidocr-{version('rapidocr')}-ppocr"
-
-
-def ocr_key() -> TableKey:
-    """The key of the embedded OCR's table (what a table file without a `key` is)."""
-    return TableKey(OCR_BACKEND, ocr_model_id(), None)
 
 
 def field_class(extraction: Extraction, name: str) -> str:
@@ -268,3 +239,31 @@ class Scorer:
         if self.table is not None:
             return self.table.apply(extraction, self.embedded)
         return unknown(extraction, self.embedded)
+
+
+class Trust:
+    """Every reading's confidence, decided in one place: each extraction is scored by the table of its key
+    (`Extraction.table_key`; None: the embedded OCR's), found in `directory` (the user's tables, then the shipped
+    one) once per key, never below the embedded floor, rules last (`Scorer`). `raw`: leave the raw scores (what
+    a table is fitted on)."""
+
+    def __init__(self, directory: Path | None, *, raw: bool = False) -> None:
+        self.directory = directory
+        self.raw = raw
+        self._scorers: dict[TableKey, Scorer] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, calibration: CalibrationSettings) -> Trust:
+        """The trust a run with these settings scores with."""
+        return cls(calibration.dir, raw=calibration.raw_scores)
+
+    def scorer(self, key: TableKey) -> Scorer:
+        with self._lock:  # readings are scored from several threads; a table file is read once
+            found = self._scorers.get(key)
+            if found is None:
+                found = self._scorers[key] = Scorer.for_key(key, self.directory, raw=self.raw)
+            return found
+
+    def __call__(self, extraction: Extraction) -> Extraction:
+        return self.scorer(extraction.table_key or ocr_key())(extraction)

@@ -64,7 +64,7 @@ def test_an_unconfirmed_zone_reads_every_box():
 def test_upside_down_page_is_flipped_only_when_orientation_was_unsure():
     r = _td1(5)
     upside_down = np.ascontiguousarray(np.asarray(r.image)[::-1, ::-1])
-    backend = OcrBackend(today=TODAY, calibrated=False)
+    backend = OcrBackend(today=TODAY)
     unsure = backend.read(_prepared(upside_down, 0.6))
     assert unsure.rotation_correction == 180
     assert unsure.fields["id_number"] == r.id_number

@@ -28,6 +28,7 @@ from pipeline.ops.evaluation import EvalReport, evaluate, load_manifest
 from pipeline.prepare import prepare_page
 from pipeline.settings import CalibrationSettings, OpenAISettings, Settings
 from pipeline.trust import table as calibration
+from pipeline.trust.table import Trust
 from tests.support.chat_server import ServerConfig
 from tests.support.idflow_process import REPO
 from tests.support.mistake_server import MistakeConfig, MistakeRates, MistakeServer, index_manifest
@@ -70,7 +71,7 @@ def embedded_reading(path: Path, page_no: int) -> dict:
     ref = DocumentRef(path, path.name, sha256_file(path), page=page_no, page_count=page_count(path, prepare))
     page = prepare_page(ref, prepare, keep_full=False)
     assert isinstance(page, PreparedImage)
-    return OcrBackend(calibrated=True).read(page).field_states
+    return Trust(None)(OcrBackend().read(page)).field_states  # scored as the validate stage scores it
 
 
 def test_the_ocr_reading_catches_what_no_check_can_and_vouches_for_what_it_reads_alike(

@@ -19,8 +19,9 @@ import pytest
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record
 from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg
 from pipeline.formats.mrz import check_ok
-from pipeline.settings import CalibrationSettings, OpenAISettings
+from pipeline.settings import OpenAISettings
 from pipeline.trust import table as calibration
+from pipeline.trust.table import Trust
 from pipeline.validate import validate
 from synth.identities import MRZPerson
 from tests.support.chat_server import ChatCall, ChatServer, Reply, ServerConfig, image_sha256
@@ -62,13 +63,14 @@ def settings_for(server: ChatServer, **overrides: Any) -> OpenAISettings:
 def extract(server: ChatServer, pages: Sequence[PreparedImage], tmp_path: Path, *, raw: bool = False,
             concurrency: int = 1, **overrides: Any) -> tuple[list[Extraction | Failure], OpenAICompatBackend]:
     async def go() -> tuple[list[Extraction | Failure], OpenAICompatBackend]:
-        backend = OpenAICompatBackend(settings_for(server, **overrides), concurrency=concurrency,
-                                      calibration=CalibrationSettings(dir=tmp_path / "tables", raw_scores=raw))
+        backend = OpenAICompatBackend(settings_for(server, **overrides), concurrency=concurrency)
         try:
             return await backend.extract(pages), backend
         finally:
             await backend.aclose()
-    return asyncio.run(go())
+    outcomes, backend = asyncio.run(go())
+    trust = Trust(tmp_path / "tables", raw=raw)  # as the validate stage scores them: no table for this model
+    return [trust(o) if isinstance(o, Extraction) else o for o in outcomes], backend
 
 
 def answered(answers: dict[str, dict[str, Any]], **config: Any) -> ChatServer:

@@ -19,6 +19,7 @@ from pipeline.ops.batch_files import import_responses, manifest_path, read_manif
 from pipeline.review.failure_queue import current_failures
 from pipeline.run.engine import finish
 from pipeline.store.parquet import FAILURES, RESULTS, RUNS, RunWriter, read_table, write_run_summary
+from pipeline.trust.table import Trust
 from tests.support.chat_server import VALID_ANSWER
 from tests.unit.test_batch_files import MODEL, completion, export, output_line
 
@@ -68,7 +69,8 @@ def test_pages_a_live_run_stored_are_not_stored_again(tmp_path: Path) -> None:
     out = tmp_path / "out"
     live = RunWriter(out, "live-run", "fp-live-vllm")
     for page in pages[:2]:
-        live.add(finish(Extraction(ref=page.ref, fields=dict(VALID_ANSWER), backend="vllm", model=MODEL), page))
+        live.add(finish(Extraction(ref=page.ref, fields=dict(VALID_ANSWER), backend="vllm", model=MODEL), page,
+                        Trust(None)))
     live.add(Failure.for_ref(pages[2].ref, "request", Reason.TIMEOUT, "timed out", backend="vllm"))
     live.flush()
     result = _import(output, out)

@@ -15,7 +15,7 @@ from pipeline.extract.ocr import backend, mrz_glyphs
 from pipeline.extract.ocr.mrz_reread import locate_rows_by_shape
 from pipeline.formats.zone import NAME_TWO_READERS_CHECK, zone_evidence
 from pipeline.trust.rules import DISAGREEMENT_CAP, DISAGREES
-from pipeline.trust.table import Calibration
+from pipeline.trust.table import Calibration, shipped
 from synth.render import font_path
 from tests.support.paths import REPO
 
@@ -115,9 +115,9 @@ def test_two_readers_disagreeing_are_never_auto_accepted_whatever_a_table_says()
     assert disagree.field_states["name"].confidence == DISAGREEMENT_CAP < 0.95
     agree = generous.apply(_extraction(zone + [NAME_TWO_READERS_CHECK], []))
     assert agree.field_states["name"].confidence == 0.999
-    shipped = backend.calibration.shipped()
-    assert sum(shipped.curves["name/mrz.name_two_readers"].counts) >= 300
-    assert shipped.apply(_extraction(zone, [NAME_TWO_READERS_CHECK])).field_states["name"].confidence == \
+    table = shipped()
+    assert sum(table.curves["name/mrz.name_two_readers"].counts) >= 300
+    assert table.apply(_extraction(zone, [NAME_TWO_READERS_CHECK])).field_states["name"].confidence == \
         DISAGREEMENT_CAP
     # a model's answer floored by an embedded reading whose two readers disagree gets no more than the cap either
     assert generous.confidence("name/" + zone_evidence("name", zone, [NAME_TWO_READERS_CHECK]), 0.99) == \
@@ -141,7 +141,7 @@ def test_the_check_is_asked_where_the_printed_zone_does_not_settle_the_name() ->
     assert not mrz_glyphs.wanted(reading(["mrz.number", "cross.name_printed_extends_mrz"]))
     assert not mrz_glyphs.wanted(reading([]))  # no zone decoded
     # the score it is asked under is where the shipped table stops auto-accepting a confirmed name on its own
-    curve = backend.calibration.shipped().curves["name/mrz.name_vs_printed_passed"]
+    curve = shipped().curves["name/mrz.name_vs_printed_passed"]
     assert curve(mrz_glyphs.UNSURE_CONFIRMED_NAME - 0.001) < 0.95 <= curve(mrz_glyphs.UNSURE_CONFIRMED_NAME)
 
 

@@ -54,7 +54,7 @@ class OcrCrossCheck:
         if self._reader is None:
             from pipeline.extract.ocr.backend import OcrBackend  # loads RapidOCR: only when a page needs it
 
-            self._reader = OcrBackend(calibrated=False)
+            self._reader = OcrBackend()
         reading = self._reader.read(page)
         classes = {name: field_class(reading, name) for name, state in reading.field_states.items()
                    if state.state == "present"}

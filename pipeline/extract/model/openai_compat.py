@@ -10,9 +10,9 @@ retryable failures instead of thousands of doomed calls. Every page ends as an `
 Each answer is judged on its own evidence (`answer_evidence`: its machine-readable zone's check digits, its
 printed copies, its token probabilities, which are asked for with `logprobs` and dropped for the rest of the
 run when the endpoint refuses them; and, unless `IDFLOW_OPENAI_CROSSCHECK=false`, the embedded OCR's reading of
-the fields nothing else proves, `ocr_crosscheck`) and scored by the calibration table of this backend + model +
-prompt (`pipeline.trust.table.Scorer`; unknown confidence without one), never below the embedded table's
-confidence for the embedded path's evidence of the same value (`Extraction.embedded`). A page that waits for the
+the fields nothing else proves, `ocr_crosscheck`); after validation it is scored by the calibration table of this
+backend + model + prompt (`pipeline.trust.table.Trust`; unknown confidence without one), never below the embedded
+table's confidence for the embedded path's evidence of the same value (`Extraction.embedded`). A page that waits for the
 embedded reading comes back `Unfinished` from `extract_deferring` as soon as its answer is in (its request slot
 is free again); `extract` finishes it itself.
 """
@@ -41,8 +41,8 @@ from pipeline.extract.model.ocr_crosscheck import OcrCrossCheck
 from pipeline.extract.model.prompts import PROMPT_VERSION, load_prompt, repair_prompt
 from pipeline.extract.registry import OPENAI, OPENAI_URL_SETTING, find_spec
 from pipeline.prepare.resize import encode
-from pipeline.settings import SCHEMA_PATH, CalibrationSettings, OpenAISettings, Settings
-from pipeline.trust.table import Scorer, TableKey
+from pipeline.settings import SCHEMA_PATH, OpenAISettings, Settings
+from pipeline.trust.key import TableKey
 from pipeline.validate import field_errors, number_refutation, schema_errors, semantic_problems
 
 log = logging.getLogger(__name__)
@@ -214,10 +214,11 @@ class OpenAICompatBackend:
     """`ExtractionBackend` over an OpenAI-compatible endpoint; see the module docstring for the policy."""
 
     def __init__(self, settings: OpenAISettings, *, concurrency: int, name: str = OPENAI.name,
-                 client: openai.AsyncOpenAI | None = None, calibration: CalibrationSettings | None = None) -> None:
+                 client: openai.AsyncOpenAI | None = None) -> None:
         """`name`: the backend kind the results are labelled with (a vLLM pool's endpoints say `vllm`); its spec's
-        `url_setting` is the setting a wrong-URL failure's fix quotes (the API's for a name no kind has).
-        `calibration`: where this backend + model + prompt's table is found (default: the environment's)."""
+        `url_setting` is the setting a wrong-URL failure's fix quotes (the API's for a name no kind has). Answers
+        carry the key of this backend + model + prompt's table (`table_key`), which scores them after
+        validation."""
         if not settings.model:
             raise ValueError("TAOTOKEN_MODEL is not set: use the model id shown by the provider")
         self.name = name
@@ -237,13 +238,11 @@ class OpenAICompatBackend:
         self._prompt = load_prompt(settings.prompt_lang)
         self._crosscheck = OcrCrossCheck() if settings.crosscheck else None
         self._rng = random.Random()
-        where = calibration or CalibrationSettings()
         self.table_key = TableKey(name, self.model, prompt_key(settings.prompt_lang))
-        self._score = Scorer.for_key(self.table_key, where.dir, raw=where.raw_scores)
 
     @classmethod
     def from_run_settings(cls, settings: Settings) -> OpenAICompatBackend:
-        return cls(settings.openai, concurrency=settings.concurrency, calibration=settings.calibration)
+        return cls(settings.openai, concurrency=settings.concurrency)
 
     @property
     def logprobs_enabled(self) -> bool:
@@ -327,26 +326,26 @@ class OpenAICompatBackend:
                                    completion_tokens=ledger.completion_tokens)
         judged, fields = verdict.judged, verdict.fields
         if self._crosscheck is None or not unproven(fields, judged):
-            return self._scored(page, fields, judged, answer, ledger)
+            return self._extraction(page, fields, judged, answer, ledger)
         crosscheck = self._crosscheck
 
         async def second_reading() -> Extraction | Failure:
             try:
-                return self._scored(page, fields, await crosscheck.judge(page, fields, judged), answer, ledger)
+                return self._extraction(page, fields, await crosscheck.judge(page, fields, judged), answer, ledger)
             except Exception as exc:  # a bug must cost one page, not the batch
                 return self._internal(page, exc)
 
         return Unfinished(page.ref, second_reading)
 
-    def _scored(self, page: PreparedImage, fields: dict[str, Any], judged: Judged, answer: _Answer,
-                ledger: _Ledger) -> Extraction:
-        return self._score(Extraction(
+    def _extraction(self, page: PreparedImage, fields: dict[str, Any], judged: Judged, answer: _Answer,
+                    ledger: _Ledger) -> Extraction:
+        return Extraction(
             ref=page.ref, fields=fields, backend=self.name, model=self.model,
             field_states=judged.states, checks=judged.checks, check_failures=judged.failures,
             evidence=judged.classes, raw_response=self._scrub(answer.text), endpoint=self.endpoint,
             prompt_tokens=ledger.prompt_tokens, completion_tokens=ledger.completion_tokens,
             latency_ms=round(ledger.latency_ms, 1), attempts=ledger.attempts, issuer=judged.issuer,
-            embedded=judged.embedded))
+            embedded=judged.embedded, table_key=self.table_key)
 
     def _request_failure(self, page: PreparedImage, error: RequestError, ledger: _Ledger) -> Failure:
         return Failure.for_ref(page.ref, "request", error.reason, error.diagnosis, attempts=ledger.attempts,

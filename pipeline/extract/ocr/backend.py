@@ -51,7 +51,6 @@ from pipeline.formats.document import NAME_EXTENDED_CHECK, DocumentReading, OcrL
 from pipeline.formats.lines import filler_rich
 from pipeline.formats.registered import FORMATS
 from pipeline.memory import return_freed_memory
-from pipeline.trust import table as calibration
 
 if TYPE_CHECKING:
     from pipeline.settings import Settings
@@ -187,23 +186,17 @@ class OcrBackend:
 
     name = OCR.name
 
-    def __init__(self, *, workers: int = 1, today: date | None = None, calibrated: bool = True,
-                 table: calibration.Calibration | None = None) -> None:
-        """`calibrated`: field confidences through the calibration table (`table`, default the shipped one;
-        `pipeline.trust.table`); False gives the raw scores, which is what `tools/fit_calibration.py` and
-        `idflow calibrate` fit a table on."""
+    def __init__(self, *, workers: int = 1, today: date | None = None) -> None:
+        """Readings carry raw scores and their evidence; the validate stage scores them with the embedded table
+        (`pipeline.trust.table.Trust`), the user's own (`idflow calibrate --backend ocr`) before the shipped one."""
         return_freed_memory()
         self._workers = asyncio.Semaphore(workers)
         self._today = today or date.today()
-        self._calibration = (table or calibration.shipped()) if calibrated else None
 
     @classmethod
     def from_run_settings(cls, settings: Settings) -> OcrBackend:
         # ONNX Runtime already uses every core for one page; more pages at once only oversubscribe the CPU.
-        # The user's own OCR table (`idflow calibrate --backend ocr`) is found before the shipped one.
-        return cls(workers=max(1, min(settings.concurrency, (os.cpu_count() or 2) // 2)),
-                   calibrated=not settings.calibration.raw_scores,
-                   table=calibration.Tables(settings.calibration.dir).find(calibration.ocr_key()))
+        return cls(workers=max(1, min(settings.concurrency, (os.cpu_count() or 2) // 2)))
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
         return list(await asyncio.gather(*(self._one(p) for p in batch)))
@@ -220,7 +213,7 @@ class OcrBackend:
         reading, extra_rotation = read_page(pixels, self._today, try_flipped=try_flipped,
                                             capture_long_edge=max(prepared.original_size))
         fields = {"doc_type": reading.doc_type, **reading.fields, "orientation": prepared.orientation}
-        extraction = Extraction(
+        return Extraction(
             ref=prepared.ref,
             fields=fields,
             backend=self.name,
@@ -232,7 +225,6 @@ class OcrBackend:
             rotation_correction=extra_rotation,
             issuer=reading.issuer,
         )
-        return self._calibration.apply(extraction) if self._calibration else extraction
 
     async def aclose(self) -> None:
         return None
