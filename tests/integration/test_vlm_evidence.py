@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 import pytest
 
-from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason, Record
+from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Record
 from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg
 from pipeline.formats.mrz import check_ok
 from pipeline.settings import OpenAISettings
