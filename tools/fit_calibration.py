@@ -14,8 +14,8 @@ scores and right/wrong per field, no values); more tuning pages are added by nam
 with the same `--observations` file (pages already in it, by manifest folder name and page path, are skipped:
 name the folders by set and seed).
 
-Every manifest page is prepared and read by the embedded OCR backend *without* calibration; each present
-field becomes one observation (evidence class with the doc type and checks it comes from, raw score, right or
+Every manifest page is prepared and read by the embedded OCR backend (raw scores: backends never calibrate); each
+present field becomes one observation (evidence class with the doc type and checks it comes from, raw score, right or
 wrong: values are never written). Per class, pool-adjacent-violators gives the isotonic step function from raw
 score to the share of right values, each step mapped to the lower end of its 95% Wilson interval
 (`pipeline.trust.fit`); the script prints and the table stores per class the observations, the right count
@@ -41,17 +41,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure  # noqa: E402
 from pipeline.extract.ocr.backend import OcrBackend  # noqa: E402
-from pipeline.extract.registry import OCR, ocr_model_id  # noqa: E402
 from pipeline.ingest.discover import sha256_file  # noqa: E402
 from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise  # noqa: E402
 from pipeline.prepare import prepare_page  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
 from pipeline.trust.fit import SHIPPED_MIN_OBSERVATIONS, fit  # noqa: E402
+from pipeline.trust.key import ocr_key  # noqa: E402
 from pipeline.trust.rules import DISAGREEMENT_CAP  # noqa: E402
 from pipeline.trust.table import Calibration, evidence_class  # noqa: E402
-
-# what the table is fitted for: tables are keyed (backend, model, prompt); the OCR has no prompt
-OCR_KEY = {"backend": OCR.name, "model": ocr_model_id(), "prompt": None}
 
 
 def observe(manifest: Path, today: date, limit: int | None = None, sink: TextIO | None = None,
@@ -165,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 observations += observe(manifest, args.today, args.limit, sink, done)
     if args.reclass:
         observations = reclass(observations)
-    table = fit(observations, key=OCR_KEY, min_observations=args.min_observations)
+    table = fit(observations, key=ocr_key().as_dict(), min_observations=args.min_observations)
     args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     print(f"{len(observations)} observations from {', '.join(table['fitted_on'])}; per class: observations, right, "
           "95% Wilson interval of the share right, then the steps raw->confidence(observations)")
