@@ -3,6 +3,7 @@ how its verdict maps to evidence and confidence."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import date
 
@@ -156,6 +157,22 @@ def test_read_page_asks_the_second_reader_where_no_printed_zone_confirms_the_nam
     assert NAME_TWO_READERS_CHECK in reading.checks
     assert evidence_class("name", reading.doc_type, reading.checks, reading.check_failures) == \
         "name/mrz.name_two_readers"
+
+
+def test_a_zone_that_settles_its_page_is_not_re_read_for_its_unconfirmed_name() -> None:
+    """Every field read and every check passed, nothing printed to confirm the name: the second reader checks the
+    name and the zone is not re-read (that costs up to two thirds of a first pass); a zone short of that is."""
+    from pipeline.extract.ocr import page_read
+    from pipeline.formats.document import read_document
+
+    first = read_document(backend.ocr_lines(render_zone("ocrb", ZONES[0], 30, 0.6)), date(2026, 1, 1))
+    assert first.fields["name"] == "ERIKSSON ANNA MARIA" and page_read.zone_checked(first)
+    assert "cross.name_mrz_vs_viz" not in first.checks
+    assert mrz_glyphs.wanted(first) and not backend.needs_second_reading(first)
+    unread = dataclasses.replace(first, states={**first.states, "expiry_date": FieldReading(None, "unreadable", 0.0)})
+    assert not page_read.zone_checked(unread) and backend.needs_second_reading(unread)
+    failed = dataclasses.replace(first, check_failures=["mrz.composite"])
+    assert not page_read.zone_checked(failed) and backend.needs_second_reading(failed)
 
 
 def test_zone_rows_are_located_from_boxes_on_one_centre_line() -> None:

@@ -11,9 +11,9 @@ digit is stronger evidence than a classifier's vote); with none passing, the one
 better score (`upright_evidence`). A sure direction was never wrong on the rotated
 specimens, and a page with no check to pass (a printed-zone-only document) would otherwise always pay twice.
 Why it may read the MRZ once more: when an MRZ left a field unreadable, failed a check digit or gave a name
-the printed zone does not confirm (or no MRZ decoded on a page that is not a PRC ID), `mrz_reread` cuts the
-zone out, straightens, upscales and re-contrasts it and re-recognises its lines; that costs up to two thirds of a
-first pass, so it runs only on those pages. A PRC ID's number that is unreadable or fails MOD 11-2 is re-read
+the printed zone does not confirm on a zone that does not settle the page by itself (or no MRZ decoded on a page
+that is not a PRC ID), `mrz_reread` cuts the zone out, straightens, upscales and re-contrasts it and
+re-recognises its lines; that costs up to two thirds of a first pass, so it runs only on those pages. A PRC ID's number that is unreadable or fails MOD 11-2 is re-read
 the same way from its own line (`cn_number_reread`), also turned 180° when the direction was unsure.
 Why it may read the printed name once more: on a dark or small page whose name is unreadable or unconfirmed,
 `name_reread` re-recognises only the printed name lines, upscaled and re-contrasted (a few line recognitions).
@@ -125,14 +125,17 @@ _MRZ_FIELDS = ("name", "id_number", "expiry_date")
 def needs_second_reading(reading: DocumentReading) -> bool:
     """No MRZ decoded on a page whose format may carry one (not a PRC ID, whose sides have none), or an MRZ
     that left a field unreadable, failed a check digit, has a number only its check digit's choice repaired,
-    or gave a name the printed zone does not confirm."""
+    or gave a name the printed zone does not confirm on a zone that does not settle its page."""
     if not FORMATS.get(reading.format).may_carry_mrz:
         return False
     if not _zone_decoded(reading):
         return True
     unreadable = any(reading.states[k].state == "unreadable" for k in _MRZ_FIELDS if k in reading.states)
-    # the name line has no check digit: a name the printed zone does not confirm is worth a second look
-    unconfirmed = not {"cross.name_mrz_vs_viz", NAME_EXTENDED_CHECK} & set(reading.checks)
+    # the name line has no check digit: a name the printed zone does not confirm is worth a second look, except
+    # on a zone that settles its page (every field read, every check passed), whose name the second reader
+    # checks instead (`mrz_glyphs`, a hundredth of the cost): the print that could confirm it is not re-read
+    unconfirmed = not {"cross.name_mrz_vs_viz", NAME_EXTENDED_CHECK} & set(reading.checks) \
+        and not page_read.zone_checked(reading)
     return unreadable or unconfirmed or any(c.startswith(("mrz.", "repair.mrz")) for c in reading.check_failures)
 
 
