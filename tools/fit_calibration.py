@@ -42,12 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure  # noqa: E402
 from pipeline.extract.ocr.backend import OcrBackend  # noqa: E402
 from pipeline.ingest.discover import sha256_file  # noqa: E402
-from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise  # noqa: E402
+from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult, load_manifest, normalise, rescored  # noqa: E402
 from pipeline.prepare import prepare_page  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
 from pipeline.trust.fit import SHIPPED_MIN_OBSERVATIONS, fit  # noqa: E402
 from pipeline.trust.key import ocr_key  # noqa: E402
-from pipeline.trust.rules import DISAGREEMENT_CAP  # noqa: E402
 from pipeline.trust.table import Calibration, evidence_class  # noqa: E402
 
 
@@ -115,16 +114,14 @@ def from_report(report: Path) -> list[dict]:
 
 def check(table: Calibration, report: Path) -> EvalReport:
     """`table` applied to a held-out eval report made with raw scores: the same report `idflow eval` would
-    give with that table shipped (an unreadable field counts 0, an absent one 1, failures are not accepted)."""
+    give with that table shipped (`evaluation.rescored`)."""
     results = []
     for d in json.loads(report.read_text(encoding="utf-8"))["documents_scored"]:
-        capped = set(d.get("disagreeing", []))  # the rule no table overrides (pipeline.trust.rules)
-        conf = min([min(table.confidence(cls, raw), DISAGREEMENT_CAP) if k in capped else table.confidence(cls, raw)
-                    for k, (cls, raw) in d["evidence"].items()] +
-                   [0.0 if s == "unreadable" else 1.0 for k, s in d["states"].items() if k not in d["evidence"]],
-                   default=1.0) if not d["failure"] else 0.0
         item = EvalItem(path=Path(d["path"]), rel_path=d["path"], page=0, truth={}, condition=d["condition"])
-        results.append(ItemResult(item, {}, d["correct"], [], conf, d["failure"]))
+        raw = ItemResult(item, {}, d["correct"], [], 0.0, d["failure"],
+                         {k: (cls, score) for k, (cls, score) in d["evidence"].items()}, d["states"],
+                         d.get("disagreeing", []))
+        results.append(rescored(raw, table))
     return EvalReport(results)
 
 

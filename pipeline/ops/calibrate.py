@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pipeline.extract.model.openai_compat import prompt_key
 from pipeline.extract.registry import backend_spec, model_name
-from pipeline.ops.evaluation import EvalItem, EvalReport, ItemResult, evaluate
+from pipeline.ops.evaluation import EvalItem, EvalReport, evaluate, rescored
 from pipeline.settings import Settings
 from pipeline.trust.fit import fit
 from pipeline.trust.key import TableKey, ocr_key
@@ -84,18 +84,6 @@ def observations(report: EvalReport, name: str) -> list[dict]:
             for r in report.results if r.failure is None for k, (cls, raw) in r.evidence.items()]
 
 
-def rescored(report: EvalReport, table: Calibration) -> EvalReport:
-    """The report with each document's confidence as the fitted table gives it (its least sure field)."""
-    def one(r: ItemResult) -> ItemResult:
-        if r.failure is not None:
-            return r
-        values = [table.confidence(cls, raw) for cls, raw in r.evidence.values()]
-        return ItemResult(r.item, r.predicted, r.correct, r.invented, min(values, default=1.0), r.failure,
-                          {k: (cls, table.confidence(cls, raw)) for k, (cls, raw) in r.evidence.items()}, r.states,
-                          table.table_id)
-    return EvalReport([one(r) for r in report.results])
-
-
 async def calibrate(items: list[EvalItem], settings: Settings, name: str) -> CalibrationResult:
     """Read `items` with raw scores, fit and store the table of this backend + model + prompt."""
     key = table_key(settings)
@@ -117,4 +105,5 @@ async def calibrate(items: list[EvalItem], settings: Settings, name: str) -> Cal
                           for c in classes}
     path = Tables(settings.calibration.dir).save(key, table)
     fitted = Calibration.load(path)
-    return CalibrationResult(key, path, scored, classes, rescored(report, fitted))
+    # in-sample: the documents the table was fitted on, scored by it
+    return CalibrationResult(key, path, scored, classes, EvalReport([rescored(r, fitted) for r in report.results]))

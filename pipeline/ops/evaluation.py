@@ -8,6 +8,7 @@ A field whose truth is null and that comes back non-null is counted as *invented
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import unicodedata
 from collections import defaultdict
@@ -18,13 +19,12 @@ from typing import Any
 
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
 from pipeline.extract.factory import make_backend
-from pipeline.trust.rules import ANSWER_DISAGREEMENTS
 from pipeline.ingest.discover import sha256_file
 from pipeline.run import progress
 from pipeline.run.engine import Engine
 from pipeline.settings import Settings
-from pipeline.trust.rules import disagreeing_fields
-from pipeline.trust.table import field_class
+from pipeline.trust.rules import ANSWER_DISAGREEMENTS, DISAGREEMENT_CAP, disagreeing_fields
+from pipeline.trust.table import Calibration, field_class
 
 THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
 TARGET_PRECISION = 0.995  # the precision an auto-accept threshold must reach
@@ -108,6 +108,20 @@ def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
 
 def _known(confidence: float | None) -> float:
     return 0.0 if confidence is None else confidence
+
+
+def rescored(result: ItemResult, table: Calibration) -> ItemResult:
+    """A document read with raw scores, scored by `table` as a run would score it: each present field by its
+    class (`Calibration.confidence`), capped where its sources disagree (`rules.DISAGREEMENT_CAP`); the document's
+    confidence its least sure field, an absent field counting 1 and an unreadable or missing one 0, as
+    `score_item` counts them; a failure 0."""
+    if result.failure is not None:
+        return dataclasses.replace(result, confidence=0.0)
+    evidence = {k: (cls, min(table.confidence(cls, raw), DISAGREEMENT_CAP) if k in result.disagreeing
+                    else table.confidence(cls, raw)) for k, (cls, raw) in result.evidence.items()}
+    confidence = min(evidence[k][1] if k in evidence else 1.0 if result.states.get(k) == "absent" else 0.0
+                     for k in FIELD_NAMES)
+    return dataclasses.replace(result, confidence=confidence, evidence=evidence, calibration=table.table_id)
 
 
 @dataclass

@@ -4,6 +4,7 @@ backend's reconciled reading is scored like any other."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -112,3 +113,20 @@ def test_hybrid_an_answer_where_the_ocr_read_no_value_is_a_disagreement(tmp_path
     scored = Trust(tmp_path)(reconcile(ocr, answer()))
     assert scored.fields["expiry_date"] is None
     assert scored.field_states["expiry_date"] == FieldReading(None, "absent", DISAGREEMENT_CAP)
+
+
+def test_a_raw_report_is_rescored_as_a_run_scores_it() -> None:
+    """`idflow calibrate`'s in-sample report and `tools/fit_calibration.py --check` score stored raw readings:
+    the same class and table as a run, the disagreement cap, an unreadable field counting 0 for the document."""
+    from pipeline.ops.evaluation import EvalItem, ItemResult, rescored
+
+    item = EvalItem(path=Path("x.png"), rel_path="x.png", page=0, truth={}, condition="clean")
+    evidence = {"name": ("name/mrz.name_vs_printed_passed", 0.999), "id_number": ("id_number/mrz.number_passed", 1.0)}
+    raw = ItemResult(item, {}, {}, [], 0.0, None, evidence,
+                     {"name": "present", "id_number": "present", "expiry_date": "absent"}, ["name"])
+    scored = rescored(raw, shipped())
+    assert scored.evidence["name"][1] == DISAGREEMENT_CAP  # its sources disagree: whatever the table says
+    assert scored.evidence["id_number"][1] == shipped().confidence("id_number/mrz.number_passed", 1.0)
+    assert scored.confidence == DISAGREEMENT_CAP and scored.calibration == shipped().table_id
+    unreadable = dataclasses.replace(raw, states={**raw.states, "expiry_date": "unreadable"}, disagreeing=[])
+    assert rescored(unreadable, shipped()).confidence == 0.0
