@@ -20,6 +20,18 @@ REPO = Path(__file__).resolve().parent.parent  # computed here, not imported: th
 TIERS = ("unit", "integration", "realdata")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """With as many test workers as cores, each worker (and what it starts) runs on a core of its own: ONNX Runtime
+    sizes its thread pool from the cores a process may use and its threads spin while they wait, so two workers
+    each running a pool as wide as the machine slow each other down."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if worker is None or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if count >= len(cores) > 1:
+        os.sched_setaffinity(0, {cores[int(worker.removeprefix("gw")) % len(cores)]})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with the tier folder it lives in (a test outside every tier gets no tier marker)."""
     tests = Path(__file__).resolve().parent
