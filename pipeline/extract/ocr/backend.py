@@ -13,8 +13,9 @@ specimens, and a page with no check to pass (a printed-zone-only document) would
 Why it may read the MRZ once more: when an MRZ left a field unreadable, failed a check digit or gave a name
 the printed zone does not confirm on a zone that does not settle the page by itself (or no MRZ decoded on a page
 that is not a PRC ID), `mrz_reread` cuts the zone out, straightens, upscales and re-contrasts it and
-re-recognises its lines; that costs up to two thirds of a first pass, so it runs only on those pages. A PRC ID's number that is unreadable or fails MOD 11-2 is re-read
-the same way from its own line (`cn_number_reread`), also turned 180° when the direction was unsure.
+re-recognises its lines; that costs up to two thirds of a first pass, so it runs only on those pages. A PRC ID's
+number that is unreadable or fails MOD 11-2 is re-read the same way from its own line (`cn_number_reread`), also
+turned 180° when the direction was unsure.
 Why it may read the printed name once more: on a dark or small page whose name is unreadable or unconfirmed,
 `name_reread` re-recognises only the printed name lines, upscaled and re-contrasted (a few line recognitions).
 Why a zone name may be read by a second reader: a name has no check digit; where the printed zone does not confirm
