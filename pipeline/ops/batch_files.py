@@ -23,6 +23,7 @@ is read as nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -302,12 +303,16 @@ def _answer(ref: DocumentRef, item: dict[str, Any], model: str, source: str) -> 
     if verdict.judged is None:
         return answered  # invalid fields: the validate stage names the problem, as for a live answer
     judged = verdict.judged
-    # Batch answers are the live backend's answers to the same request: the table of the OpenAI-compatible
-    # backend with this model and prompt scores them.
     return dataclasses.replace(
         answered, field_states=judged.states, checks=judged.checks, check_failures=judged.failures,
-        evidence=judged.classes, issuer=judged.issuer, embedded=judged.embedded,
-        table_key=TableKey(OPENAI.name, answered.model, prompt_key(OpenAISettings().prompt_lang)))
+        evidence=judged.classes, issuer=judged.issuer, embedded=judged.embedded, table_key=_table_key(answered.model))
+
+
+@functools.lru_cache(maxsize=8)
+def _table_key(model: str) -> TableKey:
+    """Batch answers are the live backend's answers to the same request: the table of the OpenAI-compatible
+    backend with this model and prompt scores them (the settings are read once, not for every answer)."""
+    return TableKey(OPENAI.name, model, prompt_key(OpenAISettings().prompt_lang))
 
 
 def _choice_tokens(choice: dict[str, Any]) -> Any:
