@@ -77,7 +77,7 @@ class ItemResult:
     failure: str | None
     evidence: dict[str, tuple[str, float]] = field(default_factory=dict)  # present field -> (class, confidence)
     states: dict[str, str] = field(default_factory=dict)  # field -> present | absent | unreadable
-    disagreeing: list[str] = field(default_factory=list)  # present fields whose sources disagree (never accepted)
+    disagreeing: list[str] = field(default_factory=list)  # present or absent fields whose sources disagree
     calibration: str | None = None  # the table that scored it (None: unknown confidence, or raw scores)
 
 
@@ -94,7 +94,8 @@ def score_item(item: EvalItem, outcome: Record | Failure) -> ItemResult:
         evidence = {k: (field_class(ex, k), states[k].confidence)
                     for k in FIELD_NAMES if k in states and states[k].state == "present"}
         state_names = {k: states[k].state for k in FIELD_NAMES if k in states}
-        disagreeing = sorted(k for k in disagreeing_fields(ex.check_failures, ANSWER_DISAGREEMENTS) if k in evidence)
+        disagreeing = sorted(k for k in disagreeing_fields(ex.check_failures, ANSWER_DISAGREEMENTS)
+                             if k in evidence or state_names.get(k) == "absent")
         table = ex.calibration
     else:
         table = None
@@ -113,14 +114,15 @@ def _known(confidence: float | None) -> float:
 def rescored(result: ItemResult, table: Calibration) -> ItemResult:
     """A document read with raw scores, scored by `table` as a run would score it: each present field by its
     class (`Calibration.confidence`), capped where its sources disagree (`rules.DISAGREEMENT_CAP`); the document's
-    confidence its least sure field, an absent field counting 1 and an unreadable or missing one 0, as
-    `score_item` counts them; a failure 0."""
+    confidence its least sure field, an absent field counting 1 (capped too where a source reads a value) and an
+    unreadable or missing one 0, as `score_item` counts them; a failure 0."""
     if result.failure is not None:
         return dataclasses.replace(result, confidence=0.0)
     evidence = {k: (cls, min(table.confidence(cls, raw), DISAGREEMENT_CAP) if k in result.disagreeing
                     else table.confidence(cls, raw)) for k, (cls, raw) in result.evidence.items()}
-    confidence = min(evidence[k][1] if k in evidence else 1.0 if result.states.get(k) == "absent" else 0.0
-                     for k in FIELD_NAMES)
+    absent = {k: DISAGREEMENT_CAP if k in result.disagreeing else 1.0
+              for k, state in result.states.items() if state == "absent"}
+    confidence = min(evidence[k][1] if k in evidence else absent.get(k, 0.0) for k in FIELD_NAMES)
     return dataclasses.replace(result, confidence=confidence, evidence=evidence, calibration=table.table_id)
 
 

@@ -130,3 +130,7 @@ def test_a_raw_report_is_rescored_as_a_run_scores_it() -> None:
     assert scored.confidence == DISAGREEMENT_CAP and scored.calibration == shipped().table_id
     unreadable = dataclasses.replace(raw, states={**raw.states, "expiry_date": "unreadable"}, disagreeing=[])
     assert rescored(unreadable, shipped()).confidence == 0.0
+    agreeing = dataclasses.replace(raw, disagreeing=[])
+    assert rescored(agreeing, shipped()).confidence > DISAGREEMENT_CAP
+    contradicted = dataclasses.replace(raw, disagreeing=["expiry_date"])  # absent, where a source reads one
+    assert rescored(contradicted, shipped()).confidence == DISAGREEMENT_CAP
