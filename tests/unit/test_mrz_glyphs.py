@@ -185,3 +185,31 @@ def test_zone_rows_are_located_from_boxes_on_one_centre_line() -> None:
     right = OcrLine("<<<<<<<<<<<<<<<<<<<", 0.9, ((420, 100), (720, 100), (720, 130), (420, 130)))
     rows = locate_rows([left, right])
     assert len(rows) == 3 and sorted(round(r.cy) for r in rows).count(115) == 1
+
+
+def test_the_name_line_is_found_by_where_the_surname_stands_not_by_counting_rows() -> None:
+    """A visa's data line without fillers is no zone box, so the zone shows one row; the name line is still found
+    (the surname from its sixth character: a two-line zone) and read by the second reader as the first did."""
+    zone = ("V<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226")  # MRV-B, 2 x 36
+    page = render_zone("ocrb", zone, 22, 0.8)
+    lines = backend.ocr_lines(page)
+    found = mrz_glyphs.name_line(lines, "ERIKSSON ANNA MARIA")
+    assert found is not None and found[1:] == (36, 5)
+    assert mrz_glyphs.name_agrees(page, lines, "ERIKSSON ANNA MARIA") is True
+
+
+def test_a_box_lying_across_a_two_line_zone_does_not_make_it_a_td1_card() -> None:
+    """Three rows of zone boxes (one of them a stamp or a crease read as text) are not a TD1 zone when the surname
+    stands where a two-line zone holds it; a TD1 name line begins with the surname."""
+    from pipeline.formats.lines import OcrLine
+
+    def box(text: str, y: int) -> OcrLine:
+        return OcrLine(text, 0.9, ((10, y), (900, y), (900, y + 30), (10, y + 30)))
+
+    two_line = [box("P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", 100),
+                box("L898902C36UTO7408122F1204159ZE184226B<<<<<10", 150), box("<<1<<X<<<<<<<<<<<<<<<<", 190)]
+    assert mrz_glyphs.name_line(two_line, "ERIKSSON ANNA MARIA")[1:] == (44, 5)
+    td1 = [box("I<UTOD231458907<<<<<<<<<<<<<<<", 100), box("7408122F1204159UTO<<<<<<<<<<<6", 150),
+           box("ERIKSSON<<ANNA<MARIA<<<<<<<<<<", 200)]
+    assert mrz_glyphs.name_line(td1, "ERIKSSON ANNA MARIA")[1:] == (30, 0)
+    assert mrz_glyphs.name_line(td1, "OTHER NAME") is None

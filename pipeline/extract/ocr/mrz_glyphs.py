@@ -280,22 +280,29 @@ def name_agrees(pixels: np.ndarray, lines: Sequence[OcrLine], name: str) -> bool
     return second_reader == first_reader and " ".join(w for part in second_reader for w in part) == name
 
 
+_TWO_LINE_NAME_AT = 5  # a two-line zone's first line: document code (2), issuing state (3), then the name
+
+
 def name_line(lines: Sequence[OcrLine], name: str) -> tuple[list[OcrLine], int, int] | None:
-    """The zone row that holds `name` (its boxes), the zone's line length and where the name field starts: a zone
-    of three rows is TD1 (30 characters, the name its third line), else two rows of 44 (TD3, MRV-A) or 36
-    characters (TD2, MRV-B) whose first line holds the name from its sixth character."""
+    """The zone row that holds `name` (its boxes), the zone's line length and where the name field starts.
+
+    The row is found by where the surname stands in it, not by counting the zone's rows: a data line without
+    fillers is not a zone box, and a box lying across the zone adds a row, so the count says little. A row that
+    begins with the surname is a TD1 card's third line (30 characters); one that holds it further on is the first
+    line of a two-line zone, whose name starts at its sixth character, 44 characters long when a zone row is read
+    longer than 40 (TD3, MRV-A), else 36 (TD2, MRV-B)."""
     rows = _zone_rows(lines)
     surname = name.split()[0] if name.split() else ""
-    if len(rows) not in (2, 3) or not surname:
+    if not surname:
         return None
-    index = 2 if len(rows) == 3 else 0
-    boxes = rows[index]
-    if surname not in _row_text(boxes).translate(TO_ALPHA):
-        return None
-    if len(rows) == 3:
-        return boxes, 30, 0
-    longest = max(len(_row_text(r)) for r in rows)
-    return boxes, 44 if longest >= 40 else 36, 5
+    for boxes in rows:
+        at = _row_text(boxes).translate(TO_ALPHA).find(surname)
+        if at == 0:
+            return boxes, 30, 0
+        if at > 0:  # where the line's start was misread, the two readers' names will differ: a disagreement
+            longest = max(len(_row_text(r)) for r in rows)
+            return boxes, 44 if longest >= 40 else 36, _TWO_LINE_NAME_AT
+    return None
 
 
 def _zone_rows(lines: Sequence[OcrLine]) -> list[list[OcrLine]]:
