@@ -68,11 +68,37 @@ def text_rows(lines: Sequence[OcrLine]) -> list[list[OcrLine]]:
     return sorted(rows, key=lambda r: min(x.top for x in r))
 
 
-def fold(text: str) -> str:
-    """Upper case, accents removed, non-letters as single spaces: for comparing names across zones."""
-    decomposed = unicodedata.normalize("NFKD", text.upper())
+# ICAO 9303 Part 3's transliteration of the Latin letters that have no decomposition (NFKD keeps Æ, Ø, Þ whole): a
+# zone spells them so, and a printed name compared with a zone's must be spelled so too.
+_ZONE_SPELLING = str.maketrans({"Æ": "AE", "Ø": "OE", "Þ": "TH", "Ð": "D", "Đ": "D", "Œ": "OE", "Ł": "L", "Ħ": "H",
+                                "Ŋ": "N", "Ŧ": "T", "Ŀ": "L", "ẞ": "SS"})
+# Letters an issuer may spell either way in its zone (ICAO 9303 Part 3): Ä as AE or A, Å as AA or A, Ö as OE or O,
+# Ü as UE or U. `fold` drops the marks; `fold(..., expand=True)` spells them out.
+_SPELLED_OUT = str.maketrans({"Ä": "AE", "Å": "AA", "Ö": "OE", "Ü": "UE"})
+
+
+def fold(text: str, *, expand: bool = False) -> str:
+    """Upper case, spelled as a zone spells it (accents removed, Æ as AE, Þ as TH; with `expand`, Ä, Å, Ö and Ü
+    as AE, AA, OE and UE), non-letters as single spaces: for comparing names across zones."""
+    upper = unicodedata.normalize("NFC", text.upper()).translate(_ZONE_SPELLING)
+    if expand:
+        upper = upper.translate(_SPELLED_OUT)
+    decomposed = unicodedata.normalize("NFKD", upper)
     letters = "".join(c if c.isalpha() else " " for c in decomposed if not unicodedata.combining(c))
     return " ".join(letters.split())
+
+
+def spellings(text: str) -> set[str]:
+    """The ways a zone may spell a printed name (`fold`, with and without Ä, Å, Ö, Ü spelled out)."""
+    return {fold(text), fold(text, expand=True)}
+
+
+def same_name(a: str, b: str, *, spacing: bool = True) -> bool:
+    """Whether two names are one as a zone would spell them (`spellings`); without `spacing`, words may be split
+    otherwise (王 小明 and 王小明)."""
+    def forms(text: str) -> set[str]:
+        return spellings(text) if spacing else {x.replace(" ", "") for x in spellings(text)}
+    return bool(forms(a) & forms(b))
 
 
 def line_score(lines: Sequence[OcrLine], needle: str) -> float:

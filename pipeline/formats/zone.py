@@ -27,7 +27,7 @@ from rapidfuzz.distance import Levenshtein
 
 from pipeline.formats.dates import parse_printed_dates
 from pipeline.formats.document_format import FormatDefaults
-from pipeline.formats.lines import OcrLine, filler_rich, fold, zone_boxes_of
+from pipeline.formats.lines import OcrLine, filler_rich, fold, spellings, zone_boxes_of
 from pipeline.formats.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK, TO_ALPHA, check_blind
 from pipeline.formats.names import looks_like_name
 from pipeline.formats.printed_zone import label_kind, printed_name, unlabelled_number
@@ -228,7 +228,7 @@ def _read_name(zone: ZoneFields, page: Page, ev: _Evidence, *, misread: bool) ->
         name = _as_printed(zone.name, words, zone.name_debris)
         fuller = _printed_extension(name, viz_name[0]) if viz_name is not None else None
         agrees = set(name.split()) <= words
-        disagrees = viz_name is not None and fold(viz_name[0]) != fold(name)
+        disagrees = viz_name is not None and fold(name) not in spellings(viz_name[0])
         if fuller is not None and zone.name_closed:
             # the zone's name is complete (fillers close it): a printed name with more letters is not its
             # continuation but a disagreement. The printed reading is kept for the person who decides (a
@@ -248,7 +248,8 @@ def _read_name(zone: ZoneFields, page: Page, ev: _Evidence, *, misread: bool) ->
             b.failures.append("cross.name_mrz_vs_viz")
             b.unreadable("name")
         elif not agrees and disagrees and \
-                difflib.SequenceMatcher(None, fold(viz_name[0]), fold(name)).ratio() < _SAME_NAME_RATIO:
+                max(difflib.SequenceMatcher(None, v, fold(name)).ratio() for v in spellings(viz_name[0])) \
+                < _SAME_NAME_RATIO:
             b.failures.append("cross.name_mrz_vs_viz")
             b.unreadable("name")
         elif misread and not agrees:  # a zone proven misread, its name printed nowhere else on the page
@@ -278,12 +279,24 @@ def _prefix_agrees(zone: ZoneFields, page: Page) -> bool:
     mark after the surname read as a letter) is another surname."""
     prefix = (zone.surname_prefix or "").replace(" ", "")
     viz_name = printed_name(page.printed)
-    if viz_name is None or not fold(viz_name[0]).replace(" ", "").startswith(prefix):
+    if viz_name is None or not any(v.replace(" ", "").startswith(prefix) for v in spellings(viz_name[0])):
         return False
     if not zone.name_closed:
         return True
     surname = page.printed.values.get("surname")
-    return surname is not None and fold(surname[0]).replace(" ", "") == prefix
+    return surname is not None and prefix in {v.replace(" ", "") for v in spellings(surname[0])}
+
+
+# Separators a page prints inside a number ("000-5903358-01", "12 345.678"); its zone holds the characters alone.
+_NUMBER_SEPARATORS = re.compile(r"[\s\-./–—]+")
+# A printed value that can name a document number at all: 6+ letters and digits, 3 of them digits. A label's words
+# taken for its value ("Type/Code of issuing State") name no number, so they cannot contradict the zone's.
+_NUMBER_LIKE = re.compile(r"(?=(?:[A-Z]*\d){3})[0-9A-Z]{6,}")
+
+
+def bare_number(text: str) -> str:
+    """A printed number as a zone holds it: upper case, without spaces and separators."""
+    return _NUMBER_SEPARATORS.sub("", text.upper())
 
 
 def _read_number(fmt: ZoneFormat, zone: ZoneFields, page: Page, ev: _Evidence) -> None:
@@ -291,10 +304,10 @@ def _read_number(fmt: ZoneFormat, zone: ZoneFields, page: Page, ev: _Evidence) -
     if not zone.number:
         return fmt.number_elsewhere(zone, page, b)
     viz_number = printed.values.get("number")
-    flat = {re.sub(r"\s+", "", x.text.upper()) for x in ev.printed_boxes}
+    flat = {bare_number(x.text) for x in ev.printed_boxes}
     agrees = any(zone.number in t for t in flat)
-    disagrees = not zone.prints_other_numbers and viz_number is not None and \
-        re.sub(r"\s+", "", viz_number[0].upper()) != zone.number
+    viz = bare_number(viz_number[0]) if viz_number is not None else ""
+    disagrees = not zone.prints_other_numbers and _NUMBER_LIKE.fullmatch(viz) is not None and viz != zone.number
     factor = ev.cross("cross.number_mrz_vs_viz", agrees, disagrees)
     if zone.number_repaired and not agrees:
         b.failures.append(NUMBER_UNCONFIRMED_CHECK)
@@ -349,11 +362,14 @@ def _printed_extension(zone_name: str, printed_name: str) -> str | None:
     have lost one letter in the zone, e.g. a stroke missing in print), then more words (a patronymic, given
     names the zone had no room for). The printed zone carries the full name in the issuer's spelling; the
     zone only a transliteration that may stop short. None when the printed name is anything else."""
-    zone_words, printed_words = fold(zone_name).split(), fold(printed_name).split()
-    if len(printed_words) <= len(zone_words) or not looks_like_name(printed_name):
+    zone_words = fold(zone_name).split()
+    if not looks_like_name(printed_name):
         return None
-    if all(z == p or _one_letter_lost(z, p) for z, p in zip(zone_words, printed_words)):
-        return " ".join(printed_name.split())
+    for spelled in spellings(printed_name):
+        printed_words = spelled.split()
+        if len(printed_words) > len(zone_words) and \
+                all(z == p or _one_letter_lost(z, p) for z, p in zip(zone_words, printed_words)):
+            return " ".join(printed_name.split())
     return None
 
 
@@ -362,7 +378,7 @@ def _printed_name_words(printed_boxes: Sequence[OcrLine]) -> set[str]:
     without digits. A token with digits is a number or a date ("E78176884", "12JAN1990"), whose letters are no
     name: folded, they would leave single letters ("E") that confirm a zone name missing its other letters."""
     return {w for x in printed_boxes for token in x.text.split() if not any(c.isdigit() for c in token)
-            for w in fold(token).split()}
+            for spelled in spellings(token) for w in spelled.split()}
 
 
 def _printed_beyond(zone_name: str, printed_boxes: Sequence[OcrLine]) -> bool:
@@ -376,12 +392,13 @@ def _printed_beyond(zone_name: str, printed_boxes: Sequence[OcrLine]) -> bool:
         # a code, "00000 SPECIMEN (SPE)")
         if not looks_like_name(box.text) or box.text != box.text.upper():
             continue
-        words = fold(box.text).split()
-        for k in range(1, len(zone) + 1):
-            rest = words[k:]
-            if words[:k] == zone[-k:] and rest and len(rest[0]) >= 2 and label_kind(rest[0]) is None \
-                    and not set(rest) & set(zone):
-                return True
+        for spelled in spellings(box.text):
+            words = spelled.split()
+            for k in range(1, len(zone) + 1):
+                rest = words[k:]
+                if words[:k] == zone[-k:] and rest and len(rest[0]) >= 2 and label_kind(rest[0]) is None \
+                        and not set(rest) & set(zone):
+                    return True
     return False
 
 

@@ -207,6 +207,19 @@ def _with_name_line(name_field: str) -> list[str]:
     return [("P<UTO" + name_field).ljust(44, "<"), TD3[1]]
 
 
+def test_a_printed_name_with_national_letters_confirms_the_zone_that_transliterates_it() -> None:
+    """ICAO 9303 Part 3: a zone spells Æ as AE, Ø as OE, Þ as TH, and Ä, Å, Ö, Ü either as AE, AA, OE, UE or
+    without the mark, as the issuer chooses; a page printing the national letters confirms either spelling."""
+    cases = [("MUELLER<<JOERG", "MÜLLER", "JØRG"), ("MULLER<<ASA", "MÜLLER", "ÅSA"),
+             ("AEVARSDOTTIR<<THURIDUR<OESP", "ÆVARSDÓTTIR", "ÞURÍÐUR ÖSP"), ("AASEN<<KNUT", "ÅSEN", "KNUT")]
+    for field, surname, given in cases:
+        r = read_document(page("Surname", surname, "Given names", given, *_with_name_line(field)), TODAY)
+        assert "cross.name_mrz_vs_viz" in r.checks, (field, r.check_failures)
+        assert r.fields["name"] == field.replace("<<", " ").replace("<", " ")
+    other = read_document(page("Surname", "MÜLLER", "Given names", "JÖRG", *_with_name_line("MILLER<<JOERG")), TODAY)
+    assert "cross.name_mrz_vs_viz" in other.check_failures
+
+
 def test_zone_debris_is_never_a_name() -> None:
     # digits survive the name-field repair (3, 4, 9 have no letter twin): not a name, whatever its score
     debris = _with_name_line("SG3GI9DECZOOSIOJANZO34")
@@ -443,6 +456,20 @@ def test_long_words_among_the_closing_fillers_the_page_does_not_print_leave_the_
     # a line read cleanly keeps a given name the page does not show (a print cut short confirms nothing)
     clean = read_document(page("gurname", "JANSEN", "HUGO", *td1, "JANSEN<<HUGO<MARIUS<<<<<<<<<<<"), TODAY)
     assert clean.fields["name"] == "JANSEN HUGO MARIUS"
+
+
+def test_a_printed_number_in_groups_confirms_the_zone_and_a_label_taken_for_it_contradicts_nothing() -> None:
+    """Pages print numbers in groups ("000-L898902C3-01" style separators, spaces, dots) that the zone holds as
+    bare characters: the same characters confirm the zone's number. A label's words read as the number's value
+    (no digits: the layout put another label under it) name no number, so they contradict nothing; a number
+    that differs in its characters still does."""
+    for printed in ("L898-902-C3", "L898 902.C3", "00-L898902C3-01"):
+        r = read_document(page("Passport No.", printed, *TD3), TODAY)
+        assert "cross.number_mrz_vs_viz" in r.checks and not r.check_failures, printed
+    label = read_document(page("Passport No.", "Type/Code of issuing State", *TD3), TODAY)
+    assert "cross.number_mrz_vs_viz" not in label.check_failures and label.fields["id_number"] == "L898902C3"
+    other = read_document(page("Passport No.", "L898-902-C4", *TD3), TODAY)
+    assert "cross.number_mrz_vs_viz" in other.check_failures
 
 
 def test_a_zone_number_that_fails_its_digit_and_differs_from_the_printed_one_is_unreadable() -> None:

@@ -54,7 +54,7 @@ from typing import Any, Sequence
 
 from pipeline.datamodel import FIELD_NAMES, FieldReading
 from pipeline.extract.model.answer_parsing import normalised
-from pipeline.formats.lines import fold
+from pipeline.formats.lines import fold, same_name
 from pipeline.formats.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK
 from pipeline.formats.registered import FORMATS, NAME_EXTENDED_CHECK, ZoneFields, ZoneFormat
 from pipeline.formats.zone import issuer_code
@@ -217,7 +217,7 @@ def with_ocr_reading(fields: dict[str, Any], judged: Judged, ocr: dict[str, Fiel
 
 def _same(name: str, ours: Any, theirs: Any) -> bool:
     if name == "name":  # spacing is layout, not spelling: 王 小明 and 王小明 are one name
-        return fold(str(ours)).replace(" ", "") == fold(str(theirs)).replace(" ", "")
+        return same_name(str(ours), str(theirs), spacing=False)
     return str(ours) == str(theirs)
 
 
@@ -288,7 +288,7 @@ def _printed(fields: dict[str, Any], evidence: AnswerEvidence, zone: ZoneFields 
              failures: list[str]) -> None:
     name, copy = fields.get("name"), evidence.printed.get("name")
     if isinstance(name, str) and copy is not None:
-        (checks if fold(name) == fold(copy) else failures).append(NAME_VS_PRINTED)
+        (checks if same_name(name, copy) else failures).append(NAME_VS_PRINTED)
     number, copy = fields.get("id_number"), evidence.printed.get("id_number")
     if isinstance(number, str) and copy is not None:
         if number == copy:
