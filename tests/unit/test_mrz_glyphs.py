@@ -213,3 +213,19 @@ def test_a_box_lying_across_a_two_line_zone_does_not_make_it_a_td1_card() -> Non
            box("ERIKSSON<<ANNA<MARIA<<<<<<<<<<", 200)]
     assert mrz_glyphs.name_line(td1, "ERIKSSON ANNA MARIA")[1:] == (30, 0)
     assert mrz_glyphs.name_line(td1, "OTHER NAME") is None
+
+
+def test_a_zone_read_in_pieces_is_as_long_as_the_width_its_rows_span() -> None:
+    """The first pass lost the fillers closing both lines of a 44-character visa zone (MRV-A): neither row's text
+    is 40 long, but the rows span 44 characters at the pitch of their boxes."""
+    from pipeline.formats.lines import OcrLine
+
+    def box(text: str, left: float, y: int, pitch: float = 20.0) -> OcrLine:
+        right = left + pitch * len(text)
+        return OcrLine(text, 0.9, ((left, y), (right, y), (right, y + 30), (left, y + 30)))
+
+    pieces = [box("V<UTOERIKSSON<<ANNA<MARIA<<<<", 100, 100), box("L898902C36UTO7408122F1204159ZE<<<", 100, 150),
+              box("<<<<", 100 + 20 * 40, 150)]
+    assert mrz_glyphs.name_line(pieces, "ERIKSSON ANNA MARIA")[1:] == (44, 5)
+    mrv_b = [box("V<UTOERIKSSON<<ANNA<MARIA<<<<<", 100, 100), box("L898902C36UTO7408122F1204159ZE<<<<<", 100, 150)]
+    assert mrz_glyphs.name_line(mrv_b, "ERIKSSON ANNA MARIA")[1:] == (36, 5)

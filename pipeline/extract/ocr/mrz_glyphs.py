@@ -289,8 +289,8 @@ def name_line(lines: Sequence[OcrLine], name: str) -> tuple[list[OcrLine], int, 
     The row is found by where the surname stands in it, not by counting the zone's rows: a data line without
     fillers is not a zone box, and a box lying across the zone adds a row, so the count says little. A row that
     begins with the surname is a TD1 card's third line (30 characters); one that holds it further on is the first
-    line of a two-line zone, whose name starts at its sixth character, 44 characters long when a zone row is read
-    longer than 40 (TD3, MRV-A), else 36 (TD2, MRV-B)."""
+    line of a two-line zone, whose name starts at its sixth character, 44 characters long when the zone is 40 or
+    more long (TD3, MRV-A: `_zone_length`), else 36 (TD2, MRV-B)."""
     rows = _zone_rows(lines)
     surname = name.split()[0] if name.split() else ""
     if not surname:
@@ -300,9 +300,21 @@ def name_line(lines: Sequence[OcrLine], name: str) -> tuple[list[OcrLine], int, 
         if at == 0:
             return boxes, 30, 0
         if at > 0:  # where the line's start was misread, the two readers' names will differ: a disagreement
-            longest = max(len(_row_text(r)) for r in rows)
-            return boxes, 44 if longest >= 40 else 36, _TWO_LINE_NAME_AT
+            return boxes, 44 if _zone_length(rows) >= 40 else 36, _TWO_LINE_NAME_AT
     return None
+
+
+def _zone_length(rows: list[list[OcrLine]]) -> float:
+    """How many characters long a two-line zone's lines are: the most its rows' text holds, or the width the rows
+    span over the boxes' character pitch, whichever is more (the first pass often reads a line in pieces and
+    loses some: the fillers at its end, a box with a stray mark)."""
+    read = max(len(_row_text(r)) for r in rows)
+    boxes = [(x, len(_row_text([x]))) for r in rows for x in r]
+    pitches = [(x.right - x.left) / n for x, n in boxes if n >= 8]
+    if not pitches:
+        return read
+    span = max(x.right for x, _ in boxes) - min(x.left for x, _ in boxes)
+    return max(read, span / float(np.median(pitches)))
 
 
 def _zone_rows(lines: Sequence[OcrLine]) -> list[list[OcrLine]]:
