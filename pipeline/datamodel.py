@@ -160,6 +160,9 @@ class PreparedImage:
     full_pixels: Any = None
     # How sure the text-direction vote was (0.5-1; 0 when no text line was found).
     orientation_confidence: float = 0.0
+    # The page as a backend that sends images sends it (JPEG of `pixels`), made on the preparation thread
+    # (`ExtractionBackend.pack`); `pixels` is then None unless the backend reads them again after sending.
+    sent_jpeg: bytes | None = None
 
 
 @dataclass(slots=True)

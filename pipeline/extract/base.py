@@ -7,6 +7,11 @@ A backend whose answers wait for a second reading on this machine's CPU (a VLM a
 the embedded OCR) may also offer `extract_deferring`: the same, except that such a page comes back `Unfinished`
 as soon as its answer is in. The engine finishes those on workers of its own, so a request slot is never held
 while the CPU reads; `extract` finishes them itself (`finished`).
+
+A backend that sends the page as an image may also offer `pack(page) -> page`: the engine calls it on the
+preparation thread, right after a page is prepared, and the backend returns the page as it will send it (its
+JPEG in `sent_jpeg`, the pixels dropped unless it reads them again). A page waiting for a request slot then
+holds a tenth of the memory, and its encoding is done where the CPU work already is.
 """
 
 from __future__ import annotations

@@ -18,9 +18,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
 import numpy as np
 
-from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, Record
+from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, PreparedImage, Record
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import Orientation, cap_long_edge, encode, prepare_page
 from pipeline.settings import PrepareSettings
@@ -74,10 +75,24 @@ def thumbnail(path: Path, source_path: str, sha256: str, page: int, settings: Pr
     return Thumbnail(f"data:{mime};base64," + base64.b64encode(jpeg).decode("ascii"))
 
 
-def from_pixels(pixels: np.ndarray) -> Thumbnail:
-    """The thumbnail of a prepared page (RGB, upright)."""
+def from_page(page: PreparedImage) -> Thumbnail:
+    """The thumbnail of a prepared page: from its pixels (RGB, upright), or where the backend kept only the JPEG it
+    sent (`PreparedImage.sent_jpeg`), from that, decoded by DCT scaling no smaller than the thumbnail."""
+    pixels = page.pixels if page.pixels is not None else _decoded_small(page.sent_jpeg or b"", max(page.sent_size))
     jpeg, mime = encode(cap_long_edge(pixels, THUMBNAIL_LONG_EDGE), "jpeg", THUMBNAIL_QUALITY)
     return Thumbnail(f"data:{mime};base64," + base64.b64encode(jpeg).decode("ascii"))
+
+
+_REDUCED = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4), (2, cv2.IMREAD_REDUCED_COLOR_2))
+
+
+def _decoded_small(jpeg: bytes, long_edge: int) -> np.ndarray:
+    """A JPEG decoded at 1/8, 1/4 or 1/2 of its size, the smallest still at least THUMBNAIL_LONG_EDGE long (RGB)."""
+    flag = next((f for k, f in _REDUCED if long_edge // k >= THUMBNAIL_LONG_EDGE), cv2.IMREAD_COLOR)
+    bgr = cv2.imdecode(np.frombuffer(jpeg, np.uint8), flag)
+    if bgr is None:
+        raise ValueError("the page sent cannot be decoded")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
 def rank_of(record: Record) -> tuple[float, str, int]:
@@ -105,11 +120,11 @@ class RunThumbnails:
         with self._lock:
             return len(self._kept) < self.limit or _negated(rank_of(record)) > self._kept[0][0]
 
-    def keep(self, record: Record, pixels: np.ndarray) -> None:
+    def keep(self, record: Record, page: PreparedImage) -> None:
         """Make and keep `record`'s thumbnail from its prepared page if it is among the first `limit`."""
         if not self.wanted(record):
             return
-        picture, key = from_pixels(pixels), record.extraction.ref.key
+        picture, key = from_page(page), record.extraction.ref.key
         with self._lock:
             entry = (_negated(rank_of(record)), key)
             if len(self._kept) < self.limit:

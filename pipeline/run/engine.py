@@ -33,7 +33,7 @@ from pipeline.memory import return_freed_memory
 from pipeline.prepare import prepare_page
 from pipeline.prepare.isolated import prepare_isolated
 from pipeline.review.thumbnails import RunThumbnails
-from pipeline.settings import Settings
+from pipeline.settings import PrepareSettings, Settings
 from pipeline.store.crash_journal import CrashJournal
 from pipeline.trust.table import Trust
 from pipeline.validate import validate
@@ -61,12 +61,19 @@ def internal_failure(ref: DocumentRef, exc: BaseException, backend: str | None) 
                            backend=backend)
 
 
+def _prepared(prepare: Callable[..., PreparedImage | Failure], ref: DocumentRef, settings: PrepareSettings,
+              keep_full: bool, pack: Callable[[PreparedImage], PreparedImage] | None) -> PreparedImage | Failure:
+    """One page prepared, then packed as the backend will send it (`ExtractionBackend.pack`), on one thread."""
+    page = prepare(ref, settings, keep_full=keep_full)
+    return pack(page) if pack is not None and isinstance(page, PreparedImage) else page
+
+
 def without_pixels(outcome: Outcome) -> Outcome:
     """The outcome as the writer needs it: a record's decoded pages are dropped as soon as it is validated, so
     outcomes waiting for the writer (or crossing to a Dask client) hold no images."""
     if isinstance(outcome, Record):
         return dataclasses.replace(outcome, prepared=dataclasses.replace(outcome.prepared, pixels=None,
-                                                                         full_pixels=None))
+                                                                         full_pixels=None, sent_jpeg=None))
     return outcome
 
 
@@ -89,8 +96,9 @@ class Engine:
     release the GIL). With a `journal` (a run writing OUT), every page's preparation is journaled, and a page a
     run that died was preparing (`journal.suspects`) is prepared in a child process instead; `isolated` counts
     them. With `thumbnails`, the review page's thumbnails of the records it will list first are made from the pages
-    sent (no second decode after the run). Use as `async with Engine(...) as engine: async for outcome in engine.run(items)`; leaving
-    the block closes the backend and the preparation threads.
+    sent (no second decode after the run). Use as
+    `async with Engine(...) as engine: async for outcome in engine.run(items)`; leaving the block closes the backend
+    and the preparation threads.
     """
 
     def __init__(self, settings: Settings, backend: ExtractionBackend, *, prepare_workers: int | None = None,
@@ -148,10 +156,11 @@ class Engine:
                 await todo.put(_DONE)
 
         keep_full = not extract or _reads_full_pixels(self.backend)
+        pack = getattr(self.backend, "pack", None) if extract else None  # the page as it will be sent
 
         async def prepare() -> None:
             while (ref := await todo.get()) is not _DONE:
-                page = await self._prepare(ref, keep_full)
+                page = await self._prepare(ref, keep_full, pack)
                 await (ready.put(page) if extract and isinstance(page, PreparedImage) else done.put(page))
 
         async def extract_pages() -> None:
@@ -207,7 +216,8 @@ class Engine:
             if crashed.done() and not crashed.cancelled():
                 crashed.exception()  # retrieved: raised above, or moot once the consumer stopped
 
-    async def _prepare(self, ref: DocumentRef, keep_full: bool) -> PreparedImage | Failure:
+    async def _prepare(self, ref: DocumentRef, keep_full: bool,
+                       pack: Callable[[PreparedImage], PreparedImage] | None = None) -> PreparedImage | Failure:
         journal = self._journal
         suspect = journal is not None and ref.key in journal.suspects
         self.isolated += suspect
@@ -216,7 +226,8 @@ class Engine:
         try:
             loop = asyncio.get_running_loop()
             outcome = await loop.run_in_executor(self._threads, functools.partial(
-                prepare_isolated if suspect else prepare_page, ref, self.settings.prepare, keep_full=keep_full))
+                _prepared, prepare_isolated if suspect else prepare_page, ref, self.settings.prepare, keep_full,
+                pack))
         except Exception as exc:  # noqa: BLE001 - any bug is contained to this document
             outcome = internal_failure(ref, exc, self.backend.name)
         if journal is not None:
@@ -255,7 +266,7 @@ class Engine:
         A picture is optional: one that fails here is re-prepared for the page, and the record stands."""
         try:
             if record.extraction.rotation_correction == 0 and thumbnails.wanted(record):
-                await asyncio.get_running_loop().run_in_executor(self._threads, thumbnails.keep, record, page.pixels)
+                await asyncio.get_running_loop().run_in_executor(self._threads, thumbnails.keep, record, page)
         except Exception:  # noqa: BLE001
             pass
 

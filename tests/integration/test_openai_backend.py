@@ -90,6 +90,23 @@ def test_happy_path_records_ledger_and_request_shape(serve: Callable[..., ChatSe
     assert server.peak_in_flight <= 3
 
 
+def test_a_packed_page_is_sent_as_the_jpeg_made_while_preparing(serve: Callable[..., ChatServer]) -> None:
+    """The engine packs a page on its preparation thread (`pack`): the JPEG is made there and, with no second
+    reading to read them, the pixels are dropped; each request carries exactly that JPEG and its answer comes back
+    for its page. With the second reading on, the pixels stay."""
+    server = serve(latency_s=0.02)
+    pages = [make_page(i) for i in range(4)]
+    backend = OpenAICompatBackend(settings_for(server), concurrency=2)
+    packed = [backend.pack(p) for p in pages]
+    assert all(q.pixels is None and q.sent_jpeg == encode_jpeg(p.pixels) for p, q in zip(pages, packed))
+    results = run(settings_for(server), packed)
+    assert_one_per_page(pages, results)
+    assert all(isinstance(r, Extraction) for r in results)
+    assert {c.image_sha256 for c in server.chat_requests()} == {sha(p) for p in pages}
+    kept = OpenAICompatBackend(settings_for(server, crosscheck=True), concurrency=2).pack(pages[0])
+    assert kept.pixels is pages[0].pixels and kept.sent_jpeg == packed[0].sent_jpeg
+
+
 def test_answers_follow_their_image(serve: Callable[..., ChatServer]) -> None:
     pages = [make_page(i) for i in range(5)]
     answers = {sha(p): {**VALID_ANSWER, "id_number": f"E0000000{i}"} for i, p in enumerate(pages)}

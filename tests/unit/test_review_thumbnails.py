@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import io
 import os
@@ -13,7 +14,7 @@ from PIL import Image
 
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Extraction, FieldReading, PreparedImage, Record
 from pipeline.ingest.discover import sha256_file
-from pipeline.prepare import Orientation, prepare_page
+from pipeline.prepare import Orientation, encode, prepare_page
 from pipeline.review.queue import _failure_item, _result_item
 from pipeline.review.thumbnails import THUMBNAIL_LONG_EDGE, RunThumbnails, locate, thumbnail
 from pipeline.settings import PrepareSettings
@@ -91,10 +92,27 @@ def test_a_run_keeps_the_pictures_of_the_records_its_review_page_lists_first() -
     records = [_record("e.jpg", 0.9), _record("a.jpg", None), _record("d.jpg", 0.2), _record("c.jpg", 0.0),
                _record("b.jpg", 0.99)]
     for record in records:
-        made.keep(record, record.prepared.pixels)
+        made.keep(record, record.prepared)
     kept = {r.extraction.ref.rel_path for r in records if made.get(r.extraction.ref.key) is not None}
     assert kept == {"a.jpg", "c.jpg", "d.jpg"}  # None counts as 0, then a.jpg before c.jpg
     assert not made.wanted(_record("z.jpg", 0.5)) and made.wanted(_record("b0.jpg", 0.0))
     picture = made.get(records[1].extraction.ref.key)
     shown = Image.open(io.BytesIO(base64.b64decode(picture.data_uri.split(",", 1)[1])))
     assert shown.size == (THUMBNAIL_LONG_EDGE, 300)
+
+
+def test_a_page_sent_as_its_jpeg_alone_still_gets_its_picture() -> None:
+    """A VLM run keeps only the JPEG it sent (`PreparedImage.sent_jpeg`): the picture is made from it, decoded by
+    DCT scaling no smaller than the thumbnail, the same size as from the pixels."""
+    from pipeline.review.thumbnails import from_page
+
+    record = _record("a.jpg", 0.1)
+    pixels = np.zeros((640, 1024, 3), np.uint8)
+    pixels[:, :512] = (200, 30, 30)
+    jpeg = encode(pixels, "jpeg", 90)[0]
+    sent = dataclasses.replace(record.prepared, pixels=None, sent_jpeg=jpeg)
+    both = [Image.open(io.BytesIO(base64.b64decode(from_page(p).data_uri.split(",", 1)[1])))
+            for p in (dataclasses.replace(record.prepared, pixels=pixels), sent)]
+    assert both[0].size == both[1].size == (THUMBNAIL_LONG_EDGE, 300)
+    left, right = (np.asarray(both[1])[150, x].astype(int) for x in (100, 400))
+    assert left[0] > 150 and left[1] < 80 and right.max() < 40  # the page's colours, where they were

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import random
@@ -57,6 +58,18 @@ def encode_jpeg(pixels: Any, quality: int = JPEG_QUALITY) -> bytes:
     OpenCV's encoder, not Pillow's: the same libjpeg bytes, but it releases the GIL, so the encoding thread does
     not stall the event loop that keeps the requests going (Pillow's held it for ~5 ms a page)."""
     return encode(pixels, "jpeg", quality)[0]
+
+
+def packed(page: PreparedImage, *, keep_pixels: bool) -> PreparedImage:
+    """`page` with its JPEG made (`PreparedImage.sent_jpeg`) and, unless `keep_pixels`, its pixels dropped; as it
+    was when it cannot be encoded (the request stage then reports why)."""
+    if page.sent_jpeg is not None:
+        return page
+    try:
+        jpeg = encode_jpeg(page.pixels)
+    except (ValueError, cv2.error):
+        return page
+    return dataclasses.replace(page, sent_jpeg=jpeg, pixels=page.pixels if keep_pixels else None)
 
 
 def jpeg_data_url(jpeg: bytes) -> str:
@@ -293,10 +306,19 @@ class OpenAICompatBackend:
         return Failure.for_ref(page.ref, "internal", Reason.INTERNAL_ERROR,
                                self._scrub(f"{type(exc).__name__}: {exc}")[:500], backend=self.name)
 
+    @property
+    def reads_pixels_after_sending(self) -> bool:
+        """Whether an answer's fields may be read again from the page's pixels (the embedded second reading)."""
+        return self._crosscheck is not None
+
+    def pack(self, page: PreparedImage) -> PreparedImage:
+        """The page as it will be sent (`ExtractionBackend.pack`)."""
+        return packed(page, keep_pixels=self.reads_pixels_after_sending)
+
     async def _extract_one(self, page: PreparedImage) -> Extraction | Failure | Unfinished:
         ledger = _Ledger()
         try:
-            jpeg = await asyncio.to_thread(encode_jpeg, page.pixels)
+            jpeg = page.sent_jpeg or await asyncio.to_thread(encode_jpeg, page.pixels)
         except (ValueError, cv2.error) as exc:
             return Failure.for_ref(page.ref, "request", Reason.BAD_REQUEST, f"cannot encode the page as JPEG: "
                                    f"{exc}", attempts=0, backend=self.name)

@@ -29,7 +29,7 @@ from pydantic import SecretStr
 
 from pipeline.datamodel import Extraction, Failure, PreparedImage, Reason
 from pipeline.extract.base import ExtractionBackend, Unfinished, finished
-from pipeline.extract.model.openai_compat import CircuitBreaker, OpenAICompatBackend
+from pipeline.extract.model.openai_compat import CircuitBreaker, OpenAICompatBackend, packed
 from pipeline.extract.registry import VLLM
 from pipeline.settings import OpenAISettings, Settings, VllmSettings
 from pipeline.store.atomic import write_json_atomic
@@ -120,6 +120,12 @@ class VllmPoolBackend:
         from_pool_file = config.source == str(pool.pool_file)
         return cls(config.endpoints, model=config.model, api_key=pool.api_key.get_secret_value(), pool=pool,
                    request=request, fallback=fallback, stats_path=pool.stats_file if from_pool_file else None)
+
+    def pack(self, page: PreparedImage) -> PreparedImage:
+        """The page as every endpoint (and the fallback) sends it (`ExtractionBackend.pack`)."""
+        backends = [e.backend for e in self.endpoints] + ([self.fallback] if self.fallback is not None else [])
+        keep = any(getattr(b, "reads_pixels_after_sending", True) for b in backends)
+        return packed(page, keep_pixels=keep)
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
         """One result per page, in input order; pages wait for a free endpoint slot, so the caps bound what
