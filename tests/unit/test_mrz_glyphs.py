@@ -213,6 +213,11 @@ def test_a_box_lying_across_a_two_line_zone_does_not_make_it_a_td1_card() -> Non
            box("ERIKSSON<<ANNA<MARIA<<<<<<<<<<", 200)]
     assert mrz_glyphs.name_line(td1, "ERIKSSON ANNA MARIA")[1:] == (30, 0)
     assert mrz_glyphs.name_line(td1, "OTHER NAME") is None
+    # a short surname whose letters a TD1's number line holds by chance (LI in L1...) is still read on the third line
+    chance = [box("I<CHNL12345678<<<<<<<<<<<<<<<<", 100), box("8001014M3001012CHN<<<<<<<<<<<4", 150),
+              box("LI<<WEI<<<<<<<<<<<<<<<<<<<<<<<", 200)]
+    boxes, width, first = mrz_glyphs.name_line(chance, "LI WEI")
+    assert (width, first) == (30, 0) and boxes[0].text.startswith("LI<<WEI")
 
 
 def test_a_zone_read_in_pieces_is_as_long_as_the_width_its_rows_span() -> None:

@@ -286,21 +286,23 @@ _TWO_LINE_NAME_AT = 5  # a two-line zone's first line: document code (2), issuin
 def name_line(lines: Sequence[OcrLine], name: str) -> tuple[list[OcrLine], int, int] | None:
     """The zone row that holds `name` (its boxes), the zone's line length and where the name field starts.
 
-    The row is found by where the surname stands in it, not by counting the zone's rows: a data line without
-    fillers is not a zone box, and a box lying across the zone adds a row, so the count says little. A row that
-    begins with the surname is a TD1 card's third line (30 characters); one that holds it further on is the first
-    line of a two-line zone, whose name starts at its sixth character, 44 characters long when the zone is 40 or
-    more long (TD3, MRV-A: `_zone_length`), else 36 (TD2, MRV-B)."""
+    The row is found by where the surname stands, not by counting the zone's rows: a data line without fillers is
+    not a zone box, and a box lying across the zone adds a row, so the count says little. The lowest row that begins
+    with the surname is a TD1 card's third line (30 characters, the name from its start); else a first row holding
+    it further on is a two-line zone's first line, whose name starts at its sixth character, 44 characters long
+    when the zone is 40 or more long (TD3, MRV-A: `_zone_length`), else 36 (TD2, MRV-B). A data line holding the
+    surname's letters by chance (a TD1's number) is never taken for the name line."""
     rows = _zone_rows(lines)
     surname = name.split()[0] if name.split() else ""
-    if not surname:
+    if not surname or not rows:
         return None
-    for boxes in rows:
-        at = _row_text(boxes).translate(TO_ALPHA).find(surname)
-        if at == 0:
+    for boxes in reversed(rows):  # a TD1 card's name line is its last
+        if _row_text(boxes).translate(TO_ALPHA).startswith(surname):
             return boxes, 30, 0
-        if at > 0:  # where the line's start was misread, the two readers' names will differ: a disagreement
-            return boxes, 44 if _zone_length(rows) >= 40 else 36, _TWO_LINE_NAME_AT
+    # a two-line zone's name line is its first; where that line's start was misread, the two readers' names will
+    # differ (a disagreement)
+    if _row_text(rows[0]).translate(TO_ALPHA).find(surname) > 0:
+        return rows[0], 44 if _zone_length(rows) >= 40 else 36, _TWO_LINE_NAME_AT
     return None
 
 
