@@ -124,8 +124,9 @@ class Printed:
 
 # What a value must look like to be taken from its label's box: a number of 6+ letters and digits with at least
 # 3 digits, a date with day, month and year; a field number ("4b") or a stray digit is neither.
+NUMBER_VALUE = re.compile(r"(?=(?:[A-Z]*\d){3})[0-9A-Z]{6,}")
 _INLINE_SHAPE = {
-    "number": re.compile(r"(?=(?:[A-Z]*\d){3})[0-9A-Z]{6,}"),
+    "number": NUMBER_VALUE,
     "expiry": re.compile(r"\d{1,2}\s*[./ -]\s*(?:\d{1,2}|[A-Za-z]{3,})\s*[./ -]\s*\d{2,4}"),
 }
 

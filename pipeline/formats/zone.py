@@ -30,7 +30,7 @@ from pipeline.formats.document_format import FormatDefaults
 from pipeline.formats.lines import OcrLine, filler_rich, fold, spellings, zone_boxes_of
 from pipeline.formats.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK, TO_ALPHA, check_blind
 from pipeline.formats.names import looks_like_name
-from pipeline.formats.printed_zone import label_kind, printed_name, unlabelled_number
+from pipeline.formats.printed_zone import NUMBER_VALUE, label_kind, printed_name, unlabelled_number
 from pipeline.formats.reading import (
     CHECK_FAILED,
     CROSS_DISAGREES,
@@ -289,9 +289,6 @@ def _prefix_agrees(zone: ZoneFields, page: Page) -> bool:
 
 # Separators a page prints inside a number ("000-5903358-01", "12 345.678"); its zone holds the characters alone.
 _NUMBER_SEPARATORS = re.compile(r"[\s\-./–—]+")
-# A printed value that can name a document number at all: 6+ letters and digits, 3 of them digits. A label's words
-# taken for its value ("Type/Code of issuing State") name no number, so they cannot contradict the zone's.
-_NUMBER_LIKE = re.compile(r"(?=(?:[A-Z]*\d){3})[0-9A-Z]{6,}")
 
 
 def bare_number(text: str) -> str:
@@ -307,7 +304,9 @@ def _read_number(fmt: ZoneFormat, zone: ZoneFields, page: Page, ev: _Evidence) -
     flat = {bare_number(x.text) for x in ev.printed_boxes}
     agrees = any(zone.number in t for t in flat)
     viz = bare_number(viz_number[0]) if viz_number is not None else ""
-    disagrees = not zone.prints_other_numbers and _NUMBER_LIKE.fullmatch(viz) is not None and viz != zone.number
+    # a labelled value without a number's shape (`NUMBER_VALUE`: a label's words taken for it, "Type/Code of issuing
+    # State") names no number, so it cannot contradict the zone's
+    disagrees = not zone.prints_other_numbers and NUMBER_VALUE.fullmatch(viz) is not None and viz != zone.number
     factor = ev.cross("cross.number_mrz_vs_viz", agrees, disagrees)
     if zone.number_repaired and not agrees:
         b.failures.append(NUMBER_UNCONFIRMED_CHECK)
