@@ -535,3 +535,17 @@ def test_other_text_after_the_zone_names_last_word_does_not_make_it_incomplete(p
     zone = ["I<LVAPA99929216121282<88882<<<", "8212122M1703054LVA<<<<<<<<<<<0", "PARAUDZINS<<ANDRIS<<<<<<<<<<<<"]
     r = read_document(page("PARAUDZINS", "ANDRIS", printed, *zone), TODAY)
     assert r.fields["name"] == "PARAUDZINS ANDRIS" and "cross.name_mrz_vs_viz" in r.checks
+
+
+def test_the_early_stop_sees_the_printed_values_as_the_cross_checks_compare_them() -> None:
+    """The page reader skips decodes while the printed text cannot yet hold the zone's name and number
+    (`page_read._values_in_text`, a necessary condition for the page to be decided): a number printed in groups
+    and a name printed with national letters are there, as the cross-checks that decide the page find them."""
+    from pipeline.extract.ocr.page_read import _values_in_text
+
+    zone = _with_name_line("AEVARSDOTTIR<<THURIDUR")
+    lines = page("Surname", "ÆVARSDÓTTIR", "Given names", "ÞURÍÐUR", "Passport No.", "L898-902-C3", *zone)
+    reading = read_document(lines, TODAY)
+    assert {"cross.name_mrz_vs_viz", "cross.number_mrz_vs_viz"} <= set(reading.checks)
+    assert _values_in_text(lines, reading)
+    assert not _values_in_text([x for x in lines if x.text != "L898-902-C3"], reading)

@@ -19,14 +19,15 @@ changes what is read, so a box is only ever recognised among the same neighbours
 from __future__ import annotations
 
 import math
-import unicodedata
 from datetime import date
 
 import numpy as np
 
 from pipeline.extract.ocr import rapidocr_stages
 from pipeline.formats.document import DocumentReading, OcrLine, read_document, zone_boxes_of
+from pipeline.formats.lines import spellings
 from pipeline.formats.registered import FORMATS
+from pipeline.formats.zone import bare_number
 
 BAND_FRACTION = 0.4  # the MRZ lies in the lowest 40 % of the page's text (3 lines of a TD1 card's 10-12)
 BAND_MIN_ASPECT = 8.0  # MRZ lines are 30-44 characters long: boxes at least 8x as long as high
@@ -111,13 +112,14 @@ def _values_in_text(lines: list[OcrLine], reading: DocumentReading) -> bool:
     """Whether every name word and the number of `reading` occur somewhere in the printed text read so far
     (the boxes the cross-checks compare with: not the zone's, which hold them anyway): a cheap necessary
     condition for `decided` (a decode costs about as much as recognising a batch), used only to skip decodes
-    that could not decide; the last decode always runs."""
+    that could not decide; the last decode always runs. The text is compared as the cross-checks compare it: the
+    number without separators (`zone.bare_number`), the name words in each way a zone spells the print
+    (`lines.spellings`)."""
     zone = zone_boxes_of(lines)
     printed = " ".join(x.text for x in lines if x not in zone)
-    text = "".join(c for c in unicodedata.normalize("NFKD", printed.upper()) if not unicodedata.combining(c))
-    flat = "".join(text.split())
+    spelled = spellings(printed)
     name, number = reading.fields["name"] or "", reading.fields["id_number"] or ""
-    return number in flat and all(word in text for word in name.split())
+    return number in bare_number(printed) and all(any(word in text for text in spelled) for word in name.split())
 
 
 def _in_order(found: dict[int, OcrLine | None]) -> list[OcrLine]:
