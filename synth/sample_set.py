@@ -416,14 +416,19 @@ def _hard_worker(args: tuple[int, str, str, int, str]) -> list[dict]:
 
 
 def build_hard(out_dir: str | Path, count: int = 120, seed: int = 101, jobs: int = 1,
-               conditions: list[str] | None = None) -> list[dict]:
+               conditions: list[str] | None = None, kinds: list[str] | None = None) -> list[dict]:
     """Write ``count`` documents under the hard conditions (``synth.hard``; all but the opt-in ones unless
-    ``conditions`` names some) and ``manifest.json``. Each condition uses the kinds its scope allows."""
+    ``conditions`` names some) and ``manifest.json``. Each condition uses the kinds its scope allows, of
+    ``kinds`` when given (tuning material for one evidence class: blurred PRC fronts, say)."""
     names = conditions or [c for c in H.HARD_CONDITIONS if c not in H.OPT_IN]
     unknown = set(names) - set(H.HARD_CONDITIONS)
     if unknown:
         raise ValueError(f"unknown hard conditions: {sorted(unknown)}")
-    combos = [(k, c) for c in names for k in _SCOPE_KINDS[H.HARD_CONDITIONS[c][3]]]
+    if set(kinds or ()) - set(KINDS):
+        raise ValueError(f"unknown hard-set kinds: {sorted(set(kinds or ()) - set(KINDS))}")
+    combos = [(k, c) for c in names for k in _SCOPE_KINDS[H.HARD_CONDITIONS[c][3]] if not kinds or k in kinds]
+    if not combos:
+        raise ValueError(f"no kind of {sorted(kinds or ())} is made under {sorted(names)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = [(i, k, c, seed, str(out)) for i, (k, c) in enumerate(_eval_plan(count, seed, combos), start=1)]

@@ -3,7 +3,7 @@
 
     python tools/make_samples.py data/sample                      # the committed sample set
     python tools/make_samples.py /tmp/eval --set eval --count 300 --seed 7 [--jobs 2]
-    python tools/make_samples.py /tmp/hard --set hard --count 120 --seed 101 [--conditions glare,occlusion]
+    python tools/make_samples.py /tmp/hard --set hard --count 120 --seed 101 [--conditions glare] [--kinds cn_front]
 
 The hard set (synth/hard.py: watermark, glare, hologram, dark phone photo, 512 px, motion blur, JPEG 15,
 moiré, occluded MRZ line, photos at 90/180/270, the zone alone) is tuning material: tune on seed 101, evaluate on 202.
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None, help=f"default: {SAMPLE_SEED} (sample) / 7 (eval)")
     ap.add_argument("--conditions", default=None, help="hard set only: comma-separated condition names")
     ap.add_argument("--kinds", default=None,
-                    help="eval set only: comma-separated document kinds (default: all but the opt-in national cards "
+                    help="comma-separated document kinds (eval set default: all but the opt-in national cards "
                          f"{', '.join(OPT_IN_KINDS)} and the tuning kind {', '.join(TUNING_KINDS)}; same set per seed)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes for the eval set")
     args = ap.parse_args(argv)
@@ -52,8 +52,14 @@ def main(argv: list[str] | None = None) -> int:
             names = args.conditions.split(",") if args.conditions else None
             if names and set(names) - set(HARD_CONDITIONS):
                 ap.error(f"--conditions: choose from {', '.join(HARD_CONDITIONS)}")
-            truth = build_hard(args.out_dir, args.count, 101 if args.seed is None else args.seed, jobs=args.jobs,
-                               conditions=names)
+            kinds = args.kinds.split(",") if args.kinds else None
+            if kinds and set(kinds) - set(KINDS):
+                ap.error(f"--kinds: the hard set makes {', '.join(KINDS)}")
+            try:
+                truth = build_hard(args.out_dir, args.count, 101 if args.seed is None else args.seed,
+                                   jobs=args.jobs, conditions=names, kinds=kinds)
+            except ValueError as e:
+                ap.error(str(e))
         else:
             kinds = args.kinds.split(",") if args.kinds else None
             if kinds and set(kinds) - set(KINDS) - set(OPT_IN_KINDS) - set(TUNING_KINDS):

@@ -20,7 +20,7 @@ from datetime import date
 from typing import Literal, Sequence
 
 from pipeline.formats.dates import make_date, normalise_text, parse_cjk_date, parse_validity
-from pipeline.formats.document_format import FormatDefaults, NumberCheck
+from pipeline.formats.document_format import SHARP_CHECK, FormatDefaults, NumberCheck
 from pipeline.formats.lines import line_score, value_score
 from pipeline.formats.names import simplified
 from pipeline.formats.reading import CROSS_DISAGREES, Builder, DocumentType, Page
@@ -278,6 +278,8 @@ class ResidentIdFormat(FormatDefaults):
     number_checks = {"cn_id": CHECK}
     long_term = {"cn_id": "a PRC resident ID card"}
     refuting_checks = {"cn_id.checksum": "id_number"}
+    # no checksum covers the name and the card prints it once: its box's sharpness is part of its evidence
+    read_alone = ("name",)
     # the printed 出生 / 性别 disagree with what the number embeds
     disagreements = {"cn_id.birth_matches_printed": "id_number", "cn_id.sex_matches_printed": "id_number"}
 
@@ -334,7 +336,8 @@ class ResidentIdFormat(FormatDefaults):
         verdict = "passed" if CHECK.name in checks else "failed" if CHECK.name in failures else "none"
         expiry = "cn.validity_span" if SPAN_CHECK in checks else \
             "cn.validity_long_term" if LONG_TERM_CHECK in checks else "cn.validity"
-        name = "cn." + verdict + ("_labels_misread" if LABELS_CHECK in failures else "")
+        name = "cn." + verdict + ("_labels_misread" if LABELS_CHECK in failures else "") + \
+            ("_shaken" if SHARP_CHECK in failures else "")
         return {"name": name, "id_number": "cn." + verdict, "expiry_date": expiry}[field]
 
 

@@ -46,7 +46,9 @@ class DocumentFormat(Protocol[T]):
     printed zone only confirms it, so OCR may stop reading the page early) and `number_shape` (what a document
     number of this format looks like, upper case without spaces: a reading without that shape is unreadable, not
     stored). `issuer`: the state that issues every document of this format (`CHN` for the PRC's cards), None when
-    the page says which (a zone's issuer code, a national front's title).
+    the page says which (a zone's issuer code, a national front's title). `read_alone`: the fields whose only
+    evidence is the recogniser's reading of one box (no checksum, no second source on the page); the reader
+    measures that box for camera shake (`SHARP_CHECK`), which the format's evidence class then tells apart.
     """
 
     name: str
@@ -61,6 +63,7 @@ class DocumentFormat(Protocol[T]):
     refuting_checks: Mapping[str, str]
     disagreements: Mapping[str, str]
     issuer: str | None
+    read_alone: tuple[str, ...]
 
     def find(self, page: Page) -> T | None: ...
     def read(self, found: T, page: Page, b: Builder) -> DocumentType: ...
@@ -82,6 +85,7 @@ class FormatDefaults:
     refuting_checks: Mapping[str, str] = {}
     disagreements: Mapping[str, str] = {}
     issuer: str | None = None
+    read_alone: tuple[str, ...] = ()
 
     def zone_score(self, found: Any) -> float:
         raise TypeError(f"{type(self).__name__} has no machine-readable zone")
@@ -91,6 +95,9 @@ class FormatDefaults:
         return None
 
 
+# passed when every field of the format's `read_alone` was read from a sharp box, failed when one was read from a
+# box smeared by camera shake (`pipeline.extract.ocr.shake`): a recogniser's score says nothing of such a box
+SHARP_CHECK = "capture.field_sharp"
 PRINTED_EVIDENCE = "printed"  # the calibration class of a field no format's checks vouch for
 
 

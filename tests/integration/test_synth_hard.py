@@ -97,3 +97,16 @@ def test_an_opt_in_condition_is_only_in_a_set_that_names_it(tmp_path):
     block = sum(len(_SCOPE_KINDS[H.HARD_CONDITIONS[c][3]]) for c in H.OPT_IN)
     named = build_hard(tmp_path / "n", count=block, seed=3, conditions=sorted(H.OPT_IN))
     assert {row["condition"] for row in named} == set(H.OPT_IN)
+
+
+def test_kinds_narrow_a_hard_set_to_the_documents_named(tmp_path):
+    """`kinds` makes tuning material for one evidence class (blurred PRC fronts, say): every document is of a
+    named kind, under a named condition; a kind the conditions never apply to is an error, not an empty set."""
+    manifest = S.build_hard(tmp_path / "cn", 6, 5, conditions=["motion_blur", "dark_phone"], kinds=["cn_front"])
+    assert len(manifest) == 6
+    assert all(m["path"].split("_", 1)[1].startswith("cn_front_") for m in manifest)
+    assert {m["condition"] for m in manifest} == {"motion_blur", "dark_phone"}
+    with pytest.raises(ValueError, match="no kind"):
+        S.build_hard(tmp_path / "none", 2, 5, conditions=["glare"], kinds=["cn_front"])
+    with pytest.raises(ValueError, match="unknown"):
+        S.build_hard(tmp_path / "bad", 2, 5, kinds=["fr_front"])

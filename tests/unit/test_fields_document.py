@@ -143,6 +143,23 @@ def test_a_cn_card_whose_fixed_labels_read_wrong_gives_its_name_an_evidence_clas
     assert evidence_class("id_number", "cn_id", r.checks, r.check_failures) == "id_number/cn.passed"
 
 
+def test_a_shaken_cn_name_has_a_class_of_its_own_and_the_number_keeps_its_checksums() -> None:
+    """The name's box smeared by camera shake (`capture.field_sharp` failed, measured by the OCR backend from the
+    pixels): the name, which no check covers, gets its own class; the number and expiry keep theirs."""
+    from pipeline.formats.document_format import SHARP_CHECK
+
+    r = read_document(page(*FRONT), TODAY)
+    assert evidence_class("name", "cn_id", r.checks + [SHARP_CHECK], r.check_failures) == "name/cn.passed"
+    shaken = r.check_failures + [SHARP_CHECK]
+    assert evidence_class("name", "cn_id", r.checks, shaken) == "name/cn.passed_shaken"
+    assert evidence_class("name", "cn_id", r.checks, shaken + ["cn_id.labels_legible"]) == \
+        "name/cn.passed_labels_misread_shaken"
+    assert evidence_class("id_number", "cn_id", r.checks, shaken) == "id_number/cn.passed"
+    # a zone's name is never measured, and a failed sharpness check names no class of the zone's
+    zone_class = evidence_class("name", "passport", ["mrz.number", "cross.name_mrz_vs_viz"], [SHARP_CHECK])
+    assert "shaken" not in zone_class
+
+
 def test_cn_portrait_side_with_lost_labels_is_unreadable_not_absent() -> None:
     """Both sides photographed small: the portrait side's labels were not read and its number fails the
     checksum, but an 18-character number on the page shows the side is there, so its fields are unreadable."""

@@ -45,6 +45,7 @@ from pipeline.extract.ocr import (
     name_reread,
     page_read,
     rapidocr_stages,
+    shake,
     zone_only,
 )
 from pipeline.extract.registry import OCR, ocr_model_id
@@ -109,6 +110,9 @@ def read_page(pixels: np.ndarray, today: date, *, try_flipped: bool = True,
     # (`mrz_glyphs`); the two readers agreeing or not is evidence of its own
     if mrz_glyphs.wanted(reading):
         reading = mrz_glyphs.with_name_check(pixels, lines, reading)
+    # a field only the recogniser vouches for (a PRC name): whether its box is smeared by camera shake (`shake`)
+    if shake.wanted(reading):
+        reading = shake.with_sharpness(pixels, lines, reading)
     return reading, rotation
 
 
