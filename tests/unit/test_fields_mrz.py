@@ -225,3 +225,43 @@ def test_check_blind_pairs_are_the_characters_whose_values_are_ten_apart() -> No
     # every such substitution keeps the digit, at any of the three weights
     assert mrz.check_digit("W12") == mrz.check_digit("M12") and mrz.check_digit("1W2") == mrz.check_digit("1M2")
     assert mrz.check_digit("12W") == mrz.check_digit("12M")
+
+
+def _td3(today: date) -> list[str]:
+    def digit(s: str) -> str:
+        return str(mrz.check_digit(s))
+
+    number = "L898902C3"
+    birth, expiry = "740812", f"{(today.year + 5) % 100:02d}0415"
+    line2 = number + digit(number) + "UTO" + birth + digit(birth) + "F" + expiry + digit(expiry) + "ZE184226B<<<<<"
+    line2 += digit("ZE184226B<<<<<")
+    return ["P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", line2 + digit(line2[0:10] + line2[13:20] + line2[21:43])]
+
+
+@pytest.mark.parametrize("contradictions, kept", [(0, True), (2, True), (3, False)])
+def test_a_window_is_decoded_only_when_a_reading_of_it_could_be_convincing(contradictions: int, kept: bool) -> None:
+    """Layout contradictions that no repair undoes ('X' in a date: no digit looks like it) are counted per line;
+    two are still a convincing reading when the check digits agree, three are not, and such a window is not
+    decoded at all: the bound is the one `find` keeps readings by."""
+    today = date(2026, 1, 1)
+    name, data = _td3(today)
+    for position in (13, 14, 15)[:contradictions]:  # birth date digits
+        data = data[:position] + "X" + data[position + 1:]
+    decoded = mrz._decode_noisy("TD3", [name, data], today, True, frozenset())
+    assert (decoded is not None) == kept
+    if kept:
+        result, mismatches = decoded
+        assert mismatches == contradictions and "mrz.number" in result.checks_passed
+    found = mrz.find([name, data], today)
+    assert (found is not None and found.number == "L898902C3") == kept
+
+
+def test_a_td1_zone_is_found_without_decoding_its_lines_as_a_two_line_zone() -> None:
+    """A TD1 card's 30-character lines fit a 36-character format's length bound, but every reading of them as TD2
+    contradicts the layout too often to be kept: those windows are given up before any decoding."""
+    today = date(2026, 1, 1)
+    lines = ["I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6", "ERIKSSON<<ANNA<MARIA<<<<<<<<<<"]
+    assert mrz._decode_noisy("TD2", lines[:2], today, True, frozenset()) is None
+    assert mrz._decode_noisy("MRVB", lines[1:], today, True, frozenset()) is None
+    found = mrz.find(lines, today)
+    assert found is not None and found.number == "D23145890"
