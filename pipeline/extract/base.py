@@ -10,8 +10,9 @@ while the CPU reads; `extract` finishes them itself (`finished`).
 
 A backend that sends the page as an image may also offer `pack(page) -> page`: the engine calls it on the
 preparation thread, right after a page is prepared, and the backend returns the page as it will send it (its
-JPEG in `sent_jpeg`, the pixels dropped unless it reads them again). A page waiting for a request slot then
-holds a tenth of the memory, and its encoding is done where the CPU work already is.
+JPEG in `sent_jpeg`, the pixels dropped: what reads the page again decodes that JPEG). A page waiting for a
+request slot or a second reading then holds a tenth of the memory, and its encoding is done where the CPU work
+already is.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import io
 import logging
 import socket
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 
 from pipeline.datamodel import DocumentRef, Extraction, Failure, PreparedImage, Reason
 from pipeline.extract.model.openai_compat import OpenAICompatBackend, encode_jpeg
+from pipeline.extract.model.ocr_crosscheck import as_sent
 from pipeline.settings import OpenAISettings
 from tests.support.chat_server import VALID_ANSWER, ChatServer, image_sha256
 from tests.support.paths import REPO
@@ -91,9 +93,9 @@ def test_happy_path_records_ledger_and_request_shape(serve: Callable[..., ChatSe
 
 
 def test_a_packed_page_is_sent_as_the_jpeg_made_while_preparing(serve: Callable[..., ChatServer]) -> None:
-    """The engine packs a page on its preparation thread (`pack`): the JPEG is made there and, with no second
-    reading to read them, the pixels are dropped; each request carries exactly that JPEG and its answer comes back
-    for its page. With the second reading on, the pixels stay."""
+    """The engine packs a page on its preparation thread (`pack`): the JPEG is made there and the pixels are
+    dropped, the second reading on or off; each request carries exactly that JPEG and its answer comes back for
+    its page. The second reading reads that JPEG, the page the model saw."""
     server = serve(latency_s=0.02)
     pages = [make_page(i) for i in range(4)]
     backend = OpenAICompatBackend(settings_for(server), concurrency=2)
@@ -103,8 +105,13 @@ def test_a_packed_page_is_sent_as_the_jpeg_made_while_preparing(serve: Callable[
     assert_one_per_page(pages, results)
     assert all(isinstance(r, Extraction) for r in results)
     assert {c.image_sha256 for c in server.chat_requests()} == {sha(p) for p in pages}
-    kept = OpenAICompatBackend(settings_for(server, crosscheck=True), concurrency=2).pack(pages[0])
-    assert kept.pixels is pages[0].pixels and kept.sent_jpeg == packed[0].sent_jpeg
+    crosschecked = OpenAICompatBackend(settings_for(server, crosscheck=True), concurrency=2).pack(pages[0])
+    assert crosschecked.pixels is None and crosschecked.sent_jpeg == packed[0].sent_jpeg
+    decoded = as_sent(crosschecked).pixels
+    assert decoded.shape == pages[0].pixels.shape
+    from PIL import Image  # the JPEG's own pixels, in RGB order, as any decoder gives them
+    sent = np.asarray(Image.open(io.BytesIO(crosschecked.sent_jpeg)).convert("RGB"))
+    assert np.abs(decoded.astype(int) - sent.astype(int)).max() <= 2
 
 
 def test_answers_follow_their_image(serve: Callable[..., ChatServer]) -> None:

@@ -123,9 +123,7 @@ class VllmPoolBackend:
 
     def pack(self, page: PreparedImage) -> PreparedImage:
         """The page as every endpoint (and the fallback) sends it (`ExtractionBackend.pack`)."""
-        backends = [e.backend for e in self.endpoints] + ([self.fallback] if self.fallback is not None else [])
-        keep = any(getattr(b, "reads_pixels_after_sending", True) for b in backends)
-        return packed(page, keep_pixels=keep)
+        return packed(page)
 
     async def extract(self, batch: Sequence[PreparedImage]) -> list[Extraction | Failure]:
         """One result per page, in input order; pages wait for a free endpoint slot, so the caps bound what
