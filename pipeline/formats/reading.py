@@ -8,6 +8,7 @@ Anything not supported by text on the page stays None: a field the document type
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import date
 from statistics import mean
@@ -89,6 +90,8 @@ class Builder:
     issuer: str | None = None
 
     def present(self, key: str, value: str, confidence: float) -> None:
+        if key == "name":  # a recogniser's full-width or compatibility forms ("ＧＡＬ") as the letters printed
+            value = unicodedata.normalize("NFKC", value)
         if key == "name" and not looks_like_name(value):
             self.failures.append("name.shape")
             return self.unreadable(key)

@@ -566,3 +566,15 @@ def test_the_early_stop_sees_the_printed_values_as_the_cross_checks_compare_them
     assert {"cross.name_mrz_vs_viz", "cross.number_mrz_vs_viz"} <= set(reading.checks)
     assert _values_in_text(lines, reading)
     assert not _values_in_text([x for x in lines if x.text != "L898-902-C3"], reading)
+
+
+def test_a_name_read_with_full_width_letters_is_stored_with_the_letters_printed() -> None:
+    """The recogniser sometimes gives a letter it has no Latin class for (Ğ) as its full-width form (Ｇ): the
+    stored name has the ordinary letter, as a model's answer has (NFKC); CJK names are unchanged."""
+    from pipeline.formats.reading import Builder
+
+    b = Builder()
+    b.present("name", "ABRAMOV ADNAN AＧAMUSA OＧLU", 0.9)
+    assert b.fields["name"] == "ABRAMOV ADNAN AGAMUSA OGLU" and b.states["name"].value == b.fields["name"]
+    b.present("name", "张三", 0.9)
+    assert b.fields["name"] == "张三"

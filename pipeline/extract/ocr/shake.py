@@ -22,9 +22,10 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from pipeline.formats.registered import FORMATS
 from pipeline.formats.document import DocumentReading, OcrLine
 from pipeline.formats.document_format import SHARP_CHECK
+from pipeline.formats.registered import FORMATS
+
 # Spread under which a box is shaken: on tuning seeds 111-112 (hard set, PRC fronts) sharp boxes under every other
 # condition (dark phone photos, JPEG 15, moiré, 512 px photos, watermarks, turned photos) spread 0.40-0.99, and the
 # motion-blurred ones 0.07-0.52 (median 0.22), both misread names among them under 0.2 (84% under this bound).
