@@ -161,7 +161,7 @@ class PreparedImage:
     # How sure the text-direction vote was (0.5-1; 0 when no text line was found).
     orientation_confidence: float = 0.0
     # The page as a backend that sends images sends it (JPEG of `pixels`), made on the preparation thread
-    # (`ExtractionBackend.pack`); `pixels` is then None unless the backend reads them again after sending.
+    # (`ExtractionBackend.pack`); `pixels` is then None: what reads the page again decodes this.
     sent_jpeg: bytes | None = None
 
 

@@ -92,9 +92,9 @@ class Builder:
     def present(self, key: str, value: str, confidence: float) -> None:
         if key == "name":  # a recogniser's full-width or compatibility forms ("ＧＡＬ") as the letters printed
             value = unicodedata.normalize("NFKC", value)
-        if key == "name" and not looks_like_name(value):
-            self.failures.append("name.shape")
-            return self.unreadable(key)
+            if not looks_like_name(value):
+                self.failures.append("name.shape")
+                return self.unreadable(key)
         if key == "id_number" and not self.number_shape.fullmatch(re.sub(r"\s+", "", value.upper())):
             self.failures.append("number.shape")
             return self.unreadable(key)

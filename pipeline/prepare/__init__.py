@@ -18,6 +18,7 @@ from pipeline.prepare.orient import Orientation, apply_orientation, make_upright
 from pipeline.prepare.resize import (
     cap_long_edge,
     capped_size,
+    decode_jpeg,
     encode,
     enlarge_long_edge,
     fit_to_budget,
@@ -26,7 +27,8 @@ from pipeline.prepare.resize import (
 )
 from pipeline.settings import PrepareSettings
 
-__all__ = ["FULL_MAX_LONG_EDGE", "Orientation", "encode", "fit_to_budget", "prepare_page", "visual_tokens"]
+__all__ = ["FULL_MAX_LONG_EDGE", "Orientation", "decode_jpeg", "encode", "fit_to_budget", "prepare_page",
+           "visual_tokens"]
 
 # The embedded OCR reads small print (MRZ, ID numbers) better above the VLM budget, up to about this size;
 # beyond it only costs memory and detector time.

@@ -93,3 +93,16 @@ def encode(pixels: np.ndarray, fmt: str = "jpeg", quality: int = 90) -> tuple[by
     if not ok:
         raise ValueError(f"OpenCV could not encode a {pixels.shape} image as {fmt}")
     return buf.tobytes(), _MIME[fmt]
+
+
+_REDUCED = {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,
+            8: cv2.IMREAD_REDUCED_COLOR_8}
+
+
+def decode_jpeg(jpeg: bytes, reduce: int = 1) -> np.ndarray:
+    """`encode`'s JPEG back to an RGB array, at 1/`reduce` of its size (1, 2, 4 or 8: libjpeg's DCT scaling, no
+    full-size decode first)."""
+    bgr = cv2.imdecode(np.frombuffer(jpeg, np.uint8), _REDUCED[reduce])
+    if bgr is None:
+        raise ValueError("the JPEG cannot be decoded")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB, dst=bgr)

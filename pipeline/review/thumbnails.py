@@ -18,12 +18,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, PreparedImage, Record
 from pipeline.ingest.discover import sha256_file
-from pipeline.prepare import Orientation, cap_long_edge, encode, prepare_page
+from pipeline.prepare import Orientation, cap_long_edge, decode_jpeg, encode, prepare_page
 from pipeline.settings import PrepareSettings
 
 THUMBNAIL_LONG_EDGE = 480
@@ -83,16 +82,9 @@ def from_page(page: PreparedImage) -> Thumbnail:
     return Thumbnail(f"data:{mime};base64," + base64.b64encode(jpeg).decode("ascii"))
 
 
-_REDUCED = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4), (2, cv2.IMREAD_REDUCED_COLOR_2))
-
-
 def _decoded_small(jpeg: bytes, long_edge: int) -> np.ndarray:
     """A JPEG decoded at 1/8, 1/4 or 1/2 of its size, the smallest still at least THUMBNAIL_LONG_EDGE long (RGB)."""
-    flag = next((f for k, f in _REDUCED if long_edge // k >= THUMBNAIL_LONG_EDGE), cv2.IMREAD_COLOR)
-    bgr = cv2.imdecode(np.frombuffer(jpeg, np.uint8), flag)
-    if bgr is None:
-        raise ValueError("the page sent cannot be decoded")
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    return decode_jpeg(jpeg, next((k for k in (8, 4, 2) if long_edge // k >= THUMBNAIL_LONG_EDGE), 1))
 
 
 def rank_of(record: Record) -> tuple[float, str, int]:

@@ -27,11 +27,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import cv2
-import numpy as np
 
 from pipeline.datamodel import FieldReading, PreparedImage
 from pipeline.extract.model.answer_evidence import Judged, unproven, with_ocr_reading
+from pipeline.prepare.resize import decode_jpeg
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -52,10 +51,7 @@ def as_sent(page: PreparedImage) -> PreparedImage:
     the engine keeps only that while a page waits), decoded whole."""
     if page.pixels is not None or page.full_pixels is not None or page.sent_jpeg is None:
         return page
-    bgr = cv2.imdecode(np.frombuffer(page.sent_jpeg, np.uint8), cv2.IMREAD_COLOR)
-    if bgr is None:
-        raise ValueError("the JPEG sent for this page cannot be decoded")
-    return dataclasses.replace(page, pixels=cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+    return dataclasses.replace(page, pixels=decode_jpeg(page.sent_jpeg))
 
 
 class OcrCrossCheck:
