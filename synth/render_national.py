@@ -12,15 +12,16 @@ Every renderer is `(person, variant) -> Rendered`, a pure function of its argume
 from __future__ import annotations
 
 import datetime as dt
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from synth.identities import add_years, cn_check_char, mrz_check_digit, mrz_field, random_date
-from synth.render import CARD_H, CARD_W, PAGE_H, PAGE_W, Rendered, _background, _Canvas, _photo_box
+from synth.render import CARD_H, CARD_W, PAGE_H, PAGE_W, Rendered, _background, _Canvas, _photo_box, font
 
 _LABEL = (80, 80, 95)
 _VALUE = (15, 15, 15)
@@ -314,10 +315,12 @@ def fr_1988_zone(p: NationalPerson) -> tuple[str, str]:
     return line1, body + mrz_check_digit(line1 + body)
 
 
-def fr_cni_1988(p: NationalPerson, variant: int = 0) -> Rendered:
+def fr_cni_1988(p: NationalPerson, variant: int = 0, stamped: bool = False) -> Rendered:
     """The 1988-2021 French card, front above back on a white page (a copy of both sides, as desks ask for):
     the front's labelled fields and its 2x36 zone; the back's address, "Carte valable jusqu'au", "délivrée le"
-    and the issuing prefecture. The expiry is only on the back; no check digit covers it."""
+    and the issuing prefecture. The expiry is only on the back; no check digit covers it. `stamped`: the
+    authority's round stamp is struck over the "délivrée le" date, as on many real backs, so the expiry is read
+    without the issue date that vouches for it."""
     front = _card((236, 238, 246), (196, 206, 226), variant + 2)
     front.text((250, 18), "RÉPUBLIQUE FRANÇAISE", "sans_bold", 24, (30, 50, 110))
     front.text((250, 52), f"CARTE NATIONALE D'IDENTITÉ N° : {p.number}", "sans_bold", 19, (30, 50, 110))
@@ -339,12 +342,30 @@ def fr_cni_1988(p: NationalPerson, variant: int = 0) -> Rendered:
     _beside(back, 40, 200, "délivrée le :", _dotted(p.issued), 24)
     _beside(back, 40, 250, "par :", _FR_DEPARTMENTS[int(p.personal)][1], 20)
     back.text((520, 330), "Signature de l'autorité", "sans", 15, _LABEL)
+    if stamped:
+        _stamp(back, (205 + 10 * (variant % 3), 222), int(p.number[-2:]))
     page = Image.new("RGB", (PAGE_W, PAGE_H), (255, 255, 255))
     x = (PAGE_W - CARD_W) // 2
     page.paste(front.img, (x, 320))
     page.paste(back.img, (x, 320 + CARD_H + 160))
     return Rendered(page, "id_card", p.full_name, p.number, p.expiry.isoformat(), "portrait",
                     mrz=zone, texts=front.texts + back.texts, kind="fr_cni_1988")
+
+
+def _stamp(c: _Canvas, centre: tuple[int, int], seed: int) -> None:
+    """An ink stamp: two rings, the office's words round them and a heavy bar across, struck at `centre`."""
+    layer = Image.new("RGBA", c.img.size, (0, 0, 0, 0))
+    draw = ImageDraw.Draw(layer)
+    ink = ((40, 50, 150, 235), (110, 40, 120, 230), (30, 30, 40, 225))[seed % 3]
+    x, y = centre
+    for r, w in ((40, 4), (27, 2)):
+        draw.ellipse((x - r, y - r, x + r, y + r), outline=ink, width=w)
+    draw.rectangle((x - 70, y - 12, x + 70, y + 12), fill=ink)
+    words = font("sans_bold", 8)
+    for i, ch in enumerate("PRÉFECTURE * RÉPUBLIQUE *"):
+        a = math.radians(i * 360 / 25 - 90)
+        draw.text((x + 33 * math.cos(a) - 3, y + 33 * math.sin(a) - 5), ch, font=words, fill=ink)
+    c.img.paste(Image.alpha_composite(c.img.convert("RGBA"), layer).convert("RGB"))
 
 
 Holder = Callable[[random.Random], NationalPerson]
@@ -360,11 +381,15 @@ NATIONAL_FRONTS: dict[str, tuple[Holder, Renderer]] = {
     "cn_pr_front": (random_pr_person, cn_pr_front),
     "fr_cni_1988": (random_fr_1988_person, fr_cni_1988),
 }
+# Tuning kinds: the same cards in a capture made in quantity for the calibration table
+TUNING_FRONTS: dict[str, tuple[Holder, Renderer]] = {
+    "fr_cni_1988_stamped": (random_fr_1988_person, partial(fr_cni_1988, stamped=True)),
+}
 
 
 def render_national(kind: str, rng: random.Random, variant: int = 0) -> tuple[Rendered, NationalPerson]:
     """A random card of `kind` (one of `NATIONAL_FRONTS`: a front, or the French 1988 card's two sides) and its
     holder."""
-    holder, render = NATIONAL_FRONTS[kind]
+    holder, render = NATIONAL_FRONTS[kind] if kind in NATIONAL_FRONTS else TUNING_FRONTS[kind]
     person = holder(rng)
     return render(person, variant), person

@@ -30,6 +30,7 @@ from synth import conditions as C
 from synth import hard as H
 from synth import render as R
 from synth import render_national as RN
+from synth import render_template as RT
 from synth.identities import CNPerson, MRZPerson, make_cn_person, random_cn_person, random_mrz_person
 
 SAMPLE_SEED = 20260101
@@ -241,8 +242,10 @@ KINDS = ("cn_front", "cn_back", "cn_both", "passport", "td1", "td2", "visa")
 # 1988 card's two sides); a default set, which draws from `KINDS` only, is the same per seed as before they existed.
 OPT_IN_KINDS = tuple(RN.NATIONAL_FRONTS)
 # Tuning kinds (`--kinds`): a rare evidence class made in quantity for the calibration table (a 长期 card back
-# is a quarter of `cn_back`'s); the same documents as that kind otherwise.
-TUNING_KINDS = ("cn_back_long_term",)
+# is a quarter of `cn_back`'s; a French 1988 back whose issue date is under the authority's stamp, so its printed
+# expiry stands alone); the same documents as that kind otherwise. `alb_template`: the MIDV-2020 Albanian card
+# template with other mock holders' values (`synth.render_template`; needs the templates, read where they lie).
+TUNING_KINDS = ("cn_back_long_term", *RN.TUNING_FRONTS, "alb_template")
 # condition -> (image transform applied upright, rotation/EXIF step, container, JPEG/WebP quality)
 EVAL_CONDITIONS: dict[str, tuple[str, str | None, str, int]] = {
     "clean_png": ("clean", None, "png", 0),
@@ -271,8 +274,10 @@ _MULTI = {"tiff_multi", "pdf_multi"}
 def _render_kind(kind: str, rng: random.Random) -> tuple[R.Rendered, object]:
     """Render a random document of ``kind``; returns it and the person (for a matching second page)."""
     variant = rng.randrange(4)
-    if kind in RN.NATIONAL_FRONTS:
+    if kind in RN.NATIONAL_FRONTS or kind in RN.TUNING_FRONTS:
         return RN.render_national(kind, rng, variant)
+    if kind == "alb_template":
+        return RT.alb_card(rng), None
     if kind == "cn_back_long_term":
         p = random_cn_person(rng, long_term=True)
         return R.cn_back(p, rng.choice(("-", "-", "—", "至")), variant), p

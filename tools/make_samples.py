@@ -9,7 +9,9 @@ The hard set (synth/hard.py: watermark, glare, hologram, dark phone photo, 512 p
 moiré, occluded MRZ line, photos at 90/180/270, the zone alone) is tuning material: tune on seed 101, evaluate on 202.
 Opt-in conditions (`--conditions`) add what real captures show: a printed zone covered by callouts, stamps or
 specimen words, an infrared reader image, glare over the printed fields, 600 px scans, booklet spreads, camera
-previews, thumbnails, a zone at 90°; `--kinds cn_back_long_term` makes the rare 长期 card backs in quantity.
+previews, thumbnails, a zone at 90°. Tuning kinds make rare evidence classes in quantity: `--kinds cn_back_long_term`
+(长期 card backs), `fr_cni_1988_stamped` (a French 1988 back whose issue date is under a stamp), `alb_template`
+(Albanian fronts on the MIDV-2020 template, read from ../shared/realdata or SYNTH_TEMPLATE_DIR).
 
 The output is a pure function of (--set, --count, --seed): re-running gives byte-identical files.
 The sample set writes ground_truth.json, the eval set manifest.json (same shape plus "condition").

@@ -32,7 +32,7 @@ from pipeline.formats.national_mrz import Check, Layout
 from pipeline.formats.reading import HEURISTIC, Builder, Page
 from pipeline.formats import national_mrz
 from pipeline.formats.values import clean_name, clean_number
-from pipeline.formats.zone import ZoneFields, ZoneFormat
+from pipeline.formats.zone import ZoneFields, ZoneFormat, zone_evidence
 
 FRENCH = Layout(
     prefix="D1FRA",
@@ -178,6 +178,15 @@ class DrivingLicenceFormat(ZoneFormat):
                 values.setdefault(kind, (found[0], lines[found[1]].score))
         if numbered.expiry is not None:
             values.setdefault("expiry", (numbered.expiry[0].strftime("%d.%m.%Y"), lines[numbered.expiry[1]].score))
+
+    def evidence_source(self, field: str, doc_type: str | None, checks: list[str],
+                        failures: list[str]) -> str | None:
+        """A licence's expiry has no check digit of its own (the French zone's composite covers it; other issuers
+        print it as 4b only): class `dl.expiry`, apart from the French identity card's printed validity
+        (`mrz.expiry_none`), which was measured on that card's back and says nothing of a licence's. The name
+        and number keep the zone's classes."""
+        source = zone_evidence(field, checks, failures)
+        return "dl.expiry" if source is not None and field == "expiry_date" else source
 
     def number_elsewhere(self, zone: ZoneFields, page: Page, b: Builder) -> None:
         viz_number = page.printed.values.get("number")

@@ -1,8 +1,9 @@
 """Fronts of national identity cards that carry no machine-readable zone on that side (the zone is on the
-back): the French card of 2021, the German Personalausweis, the Dutch identity card, the Italian CIE and the
-Spanish DNI. Each issuer is recognised by its title words and read by its labels (`printed_zone`); what this
-module adds is what is known of each issuer: where its document number stands (labelled or not) and the shape
-that number must have, so a box of another shape is never stored as the number.
+back, or, on the Albanian card, nowhere): the French card of 2021, the German Personalausweis, the Dutch identity
+card, the Italian CIE, the Spanish DNI and the Albanian card. Each issuer is recognised by its title words and
+read by its labels (`printed_zone`); what this module adds is what is known of each issuer: where its document
+number stands (labelled or not) and the shape that number must have, so a box of another shape is never stored
+as the number.
 
 Shapes (upper case, no spaces):
 - FRA (2021 model): 9 letters and digits;
@@ -14,10 +15,16 @@ Shapes (upper case, no spaces):
 - ESP: the support number (3 letters + 6 digits, "NUM SOPORT"), the one the back's zone carries as the
   document number.
 
+- ALB (identity card, "letërnjoftim"): the 9-digit card number ("nr. letërnjoftim/card no."), not the personal
+  number of 10 letters and digits printed beside it.
+
 As a registered format (`FORMAT`): the front of a national identity card whose zone is on the back (FR 2021, DE, NL,
-IT, ES): recognised by its issuer's title words and at least one name label, read by label (surname and given names
-together, the number in its issuer's shape, the expiry a real date). No check vouches for these values: they stay at
-heuristic confidence (evidence class `printed`), below the auto-accept threshold.
+IT, ES) or that has none (ALB): recognised by its issuer's title words and at least one name label, read by label
+(surname and given names together, the number in its issuer's shape, the expiry a real date). No check digit
+vouches for these values; what a reading has is `ISSUER_FRONT_CHECK`: the issuer's own layout was recognised and
+its number has the issuer's shape. Its evidence class, `printed.issuer_front`, is calibrated on generated fronts
+of these issuers (the Albanian one on the MIDV-2020 template, `synth.render_template`); a page no issuer's title
+names is read by `printed`, whose class stays below the auto-accept threshold (a layout nobody has measured).
 
 Registered before `printed`, which would read the same page without the issuer's number shape.
 """
@@ -67,10 +74,18 @@ ISSUERS: tuple[Issuer, ...] = (
            re.compile(r"C[A-Z]\d{5}[A-Z]{2}"), unlabelled_number=True),
     Issuer("ESP", re.compile(r"\bDOCUMENTO NACIONAL DE IDENTIDAD\b|\bREINO DE ESPANA\b"),
            re.compile(r"[A-Z]{3}\d{6}")),
+    Issuer("ALB", re.compile(r"\bREPUBLIKA E SHQIPERISE\b|\bLETERNJOFTIM\b|\bREPUBLIC OF ALBANIA\b"),
+           re.compile(r"\d{9}")),
 )
 
 # Any of the issuers' document numbers (the format's `number_shape`); each issuer's own is checked as well.
 NUMBER_SHAPE = re.compile("|".join(f"(?:{issuer.number.pattern})" for issuer in ISSUERS))
+
+
+# passed on every reading of this format: the issuer's title and a name label were found, and a number stored has
+# the issuer's shape (`number.shape` fails otherwise); its fields' evidence class is `ISSUER_FRONT_EVIDENCE`
+ISSUER_FRONT_CHECK = "printed.issuer_front"
+ISSUER_FRONT_EVIDENCE = "printed.issuer_front"
 
 
 def issuer_of(texts: Sequence[str]) -> Issuer | None:
@@ -107,10 +122,15 @@ class NationalFrontFormat(FormatDefaults):
 
     def read(self, found: Issuer, page: Page, b: Builder) -> DocumentType:
         b.issuer = found.code  # the country whose title words the front prints
+        b.checks.append(ISSUER_FRONT_CHECK)
         self._name(page, b)
         self._number(found, page, b)
         self._expiry(page, b)
         return "id_card"
+
+    def evidence_source(self, field: str, doc_type: str | None, checks: list[str],
+                        failures: list[str]) -> str | None:
+        return ISSUER_FRONT_EVIDENCE if ISSUER_FRONT_CHECK in checks else None
 
     @staticmethod
     def _name(page: Page, b: Builder) -> None:

@@ -93,3 +93,14 @@ def test_page_printed_expiry_cross_checks_the_zone() -> None:
     lines = [x.replace("4b. 01.01.2034", "4b. 01.01.2033") for x in FRONT]
     r = read_document(page(*lines, BUILT), TODAY)
     assert "cross.expiry_mrz_vs_viz" in r.check_failures and r.states["expiry_date"].confidence <= 0.5
+
+
+def test_a_licences_expiry_has_a_class_of_its_own_not_the_french_cards_printed_validity() -> None:
+    from pipeline.trust.table import evidence_class
+
+    for zone in (BUILT, OTHER_ISSUER):
+        lines = FRONT if zone is BUILT else [x.replace("19AB12345", "5094962111") for x in FRONT]
+        r = read_document(page(*lines, zone), TODAY)
+        classes = {f: evidence_class(f, r.doc_type, r.checks, r.check_failures) for f in r.fields}
+        assert classes["expiry_date"] == "expiry_date/dl.expiry"
+        assert classes["name"].startswith("name/mrz.")  # the zone's surname vouches for the name as before

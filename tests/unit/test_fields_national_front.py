@@ -196,3 +196,34 @@ def test_a_letter_the_issuers_numbers_never_use_is_read_as_the_digit_it_resemble
     assert read_document(de_front(number="L0IXO0T47"), TODAY).fields["id_number"] == "L01X00T47"
     assert read_document(nl_front(number="SPECI2O21"), TODAY).fields["id_number"] == "SPECI2021"
     assert read_document(fr_2021(number="X4RTBPFWO"), TODAY).fields["id_number"] == "X4RTBPFWO"
+
+
+def alb_front(number: str = "367253746") -> list[OcrLine]:
+    return [box("LETËRNJOFTIM ID", 30, 16), box("REPUBLIKA E SHQIPËRISË REPUBLIC OF ALBANIA", 260, 16),
+            *below("mbiemri/surname", "Agani", 240, 86), *below("emri/given name", "Adnan", 240, 146),
+            *below("shtetësia/nationality", "Shqiptare/Albanian", 240, 206),
+            *below("nr. letërnjoftim/card no.", number, 600, 206),
+            *below("datëlindja/date of birth", "20-11-1991", 240, 326),
+            *below("data e skadimit/date of expiry", "13-04-2029", 600, 386),
+            *below("nr. personal/personal no.", "J11120296E", 600, 446)]
+
+
+def test_the_albanian_front_gives_its_card_number_not_the_personal_number() -> None:
+    reading = read_document(alb_front(), TODAY)
+    assert (reading.format, reading.issuer) == ("national_front", "ALB")
+    assert reading.fields == {"name": "Agani Adnan", "id_number": "367253746", "expiry_date": "2029-04-13"}
+    assert read_document(alb_front(number="36725374"), TODAY).fields["id_number"] is None  # not 9 digits
+
+
+def test_an_issuers_front_has_an_evidence_class_of_its_own_and_an_unknown_layout_stays_printed() -> None:
+    from pipeline.formats.national_front import ISSUER_FRONT_CHECK
+    from pipeline.trust.table import evidence_class
+
+    reading = read_document(de_front(), TODAY)
+    assert ISSUER_FRONT_CHECK in reading.checks
+    assert {f: evidence_class(f, reading.doc_type, reading.checks, reading.check_failures)
+            for f in reading.fields} == {f: f"{f}/printed.issuer_front" for f in reading.fields}
+    # the same labels under no issuer's title: a layout nobody measured, read by `printed`, class `printed`
+    untitled = read_document(de_front()[2:], TODAY)
+    assert untitled.format == "printed" and ISSUER_FRONT_CHECK not in untitled.checks
+    assert evidence_class("name", untitled.doc_type, untitled.checks, untitled.check_failures) == "name/printed"
