@@ -7,6 +7,7 @@ import dataclasses
 import json
 from datetime import date
 
+import cv2
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
@@ -60,6 +61,27 @@ def test_rendered_zones_are_read_cell_by_cell(font: str, text_px: int, blur: flo
         right += sum(a == b for a, b in zip(name.text + data.text, "".join(zone)))
         total += 88
     assert right / total >= 0.99, right / total
+
+
+def test_a_name_line_smeared_by_motion_is_also_cut_on_the_band_of_its_letters() -> None:
+    """A name line is mostly fillers, whose arms fill the middle rows; smeared sideways, the letters' thinner rows
+    fall below a fifth of the busiest row's ink and the tight band loses them. The bridged band spans the letters
+    as on the sharp line, and a sharp line has no other band to try."""
+    from pipeline.extract.ocr.mrz_reread import refine, strip
+
+    def ink(page: np.ndarray) -> np.ndarray:
+        row = refine(page, sorted(locate_rows_by_shape(page), key=lambda r: r.cy)[0], max_growth=1.4)
+        return mrz_glyphs.ink_strip(strip(page, row))
+
+    sharp = ink(render_zone("ocrb", ZONES[0], 30, 0.0))
+    kernel = np.zeros((15, 15), np.float32)
+    kernel[7, :] = 1 / 15
+    smeared = ink(cv2.filter2D(render_zone("ocrb", ZONES[0], 30, 0.0), -1, kernel))
+    (top, bottom), tight = mrz_glyphs._text_band(sharp), mrz_glyphs._text_band(smeared)
+    assert mrz_glyphs._bridged_band(sharp, (top, bottom)) is None
+    assert tight[1] < bottom - 2  # the tight band lost the letters' feet
+    bridged = mrz_glyphs._bridged_band(smeared, tight)
+    assert bridged is not None and abs(bridged[0] - top) <= 2 and abs(bridged[1] - bottom) <= 2, (top, bottom, bridged)
 
 
 def test_a_strip_that_is_not_a_zone_is_not_cut_into_cells() -> None:

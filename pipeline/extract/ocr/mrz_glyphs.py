@@ -117,6 +117,29 @@ def _text_band(ink: np.ndarray) -> tuple[int, int] | None:
     return (start, stop + 1) if stop - start >= 6 else None
 
 
+def _bridged_band(ink: np.ndarray, band: tuple[int, int]) -> tuple[int, int] | None:
+    """`band` grown over the runs of such rows beyond a gap at most half its height, on either side; None when
+    there is none. A name line is mostly fillers, whose arms fill the middle and lower rows: smeared by motion,
+    the letters' thinner rows fall below a fifth of the busiest row's ink and the band loses the letters' tops or
+    feet. It may as well take in a neighbouring line or a pattern: `read_strip` keeps the band whose cells read
+    surer."""
+    profile = (ink > 0.5).sum(axis=1).astype(np.float32)
+    on = profile >= profile.max() / 5
+    start, stop = band[0], band[1] - 1
+    reach = (stop - start + 1) // 2
+    above = np.flatnonzero(on[max(0, start - reach - 1):start])
+    below = np.flatnonzero(on[stop + 1:stop + reach + 2])
+    if len(above):
+        start = max(0, start - reach - 1) + int(above[0])
+        while start > 0 and on[start - 1]:
+            start -= 1
+    if len(below):
+        stop = stop + 1 + int(below[-1])
+        while stop < len(profile) - 1 and on[stop + 1]:
+            stop += 1
+    return (start, stop + 1) if (start, stop + 1) != band else None
+
+
 def _text_extent(columns: np.ndarray, height: int) -> tuple[int, int] | None:
     """The zone line's first and last inked column: the widest run of inked columns whose gaps are narrower
     than a text height (the gap beside a narrow glyph, a 1 or an I, is narrower; the edge of a card or a printed
@@ -174,10 +197,11 @@ def cut_cell(ink: np.ndarray, band: tuple[int, int], left: float, pitch: float) 
     return cell / peak if peak > 0.2 else cell
 
 
-def line_cells(ink: np.ndarray, n: int) -> tuple[np.ndarray, int] | None:
+def line_cells(ink: np.ndarray, n: int, band: tuple[int, int] | None = None) -> tuple[np.ndarray, int] | None:
     """Every cell of a line of `n` characters at each offset of `_SHIFTS` (n*len(_SHIFTS) x CELL_H x CELL_W,
-    cell-major), or None when the strip cannot be cut into `n` cells."""
-    band = _text_band(ink)
+    cell-major), or None when the strip cannot be cut into `n` cells. `band`: the text's rows (default
+    `_text_band`'s)."""
+    band = band or _text_band(ink)
     if band is None:
         return None
     grid = cell_grid(ink, band, n)
@@ -204,14 +228,18 @@ def classify(model: GlyphModel, cells: np.ndarray, shifts: int, allowed: np.ndar
 def read_strip(rgb: np.ndarray, n: int, allowed: np.ndarray | None = None,
                model: GlyphModel | None = None) -> LineRead | None:
     """A straightened row strip (RGB, as `mrz_reread.strip` cuts it) read as `n` cells; None when it cannot be
-    cut into `n` cells or no model is shipped."""
+    cut into `n` cells or no model is shipped. Where the text's band can be drawn two ways (`_bridged_band`),
+    both are read and the reading whose cells are surer on average is kept."""
     model = model or shipped()
     if model is None:
         return None
-    cut = line_cells(ink_strip(rgb), n)
-    if cut is None:
+    ink = ink_strip(rgb)
+    band = _text_band(ink)
+    if band is None:
         return None
-    return classify(model, *cut, allowed)
+    reads = [classify(model, *cut, allowed) for b in (band, _bridged_band(ink, band)) if b is not None
+             and (cut := line_cells(ink, n, b)) is not None]
+    return max(reads, key=lambda r: float(np.mean(r.probabilities)), default=None)
 
 
 def read_row(pixels: np.ndarray, row: Row, n: int, allowed: np.ndarray | None = None) -> LineRead | None:
