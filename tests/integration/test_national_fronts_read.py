@@ -67,18 +67,3 @@ def test_a_1988_french_back_whose_issue_date_is_under_a_stamp_gives_an_expiry_no
     assert reading.format == "french_id_1988" and reading.fields["expiry_date"] == rendered.expiry_date
     assert evidence_class("expiry_date", reading.doc_type, reading.checks, reading.check_failures) == \
         "expiry_date/mrz.expiry_none"
-
-
-def test_an_albanian_card_made_on_the_real_template_is_read_as_its_issuers_front(realdata_dir, monkeypatch) -> None:
-    """`synth.render_template`: the MIDV-2020 template with another mock holder's values; the reader finds the
-    issuer (ALB) and reads the new values, not the template's own."""
-    from synth.render_template import _OWN, _documents, alb_card
-
-    monkeypatch.setenv("IDFLOW_REALDATA", str(realdata_dir))
-    rendered = alb_card(random.Random("integration:alb_template"))
-    own_numbers = {_documents()[name]["number"][0] for name in _OWN}
-    assert rendered.id_number not in own_numbers
-    reading, _ = read_page(np.asarray(rendered.image.convert("RGB")), TODAY, try_flipped=False)
-    assert (reading.format, reading.issuer) == ("national_front", "ALB")
-    assert normalise("name", reading.fields["name"]) == normalise("name", rendered.name)
-    assert (reading.fields["id_number"], reading.fields["expiry_date"]) == (rendered.id_number, rendered.expiry_date)
