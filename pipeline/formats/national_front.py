@@ -13,8 +13,7 @@ Shapes (upper case, no spaces):
 - NLD: 2 letters, 6 letters or digits, 1 digit (the letter O is never used, so an O read is a 0);
 - ITA (CIE 3.0): "C" + a letter, 5 digits, 2 letters, printed top right without a label;
 - ESP: the support number (3 letters + 6 digits, "NUM SOPORT"), the one the back's zone carries as the
-  document number.
-
+  document number;
 - ALB (identity card, "letërnjoftim"): the 9-digit card number ("nr. letërnjoftim/card no."), not the personal
   number of 10 letters and digits printed beside it.
 
