@@ -102,29 +102,34 @@ def ink_strip(rgb: np.ndarray) -> np.ndarray:
     return np.clip(ink / top, 0.0, 1.0) if top > 0.05 else np.zeros_like(ink)
 
 
+def _rows_on(ink: np.ndarray) -> np.ndarray:
+    """Per row of a strip, whether it holds text: at least a fifth of the busiest row's ink."""
+    profile = (ink > 0.5).sum(axis=1)
+    return profile >= profile.max() / 5
+
+
 def _text_band(ink: np.ndarray) -> tuple[int, int] | None:
-    """The rows the text spans: those with at least a fifth of the busiest row's ink, around the middle."""
-    profile = (ink > 0.5).sum(axis=1).astype(np.float32)
-    if profile.max() <= 0:
+    """The rows the text spans: the run of rows holding text (`_rows_on`) around the middle."""
+    if not (ink > 0.5).any():
         return None
-    on = np.flatnonzero(profile >= profile.max() / 5)
-    middle = len(profile) // 2
-    start = stop = int(on[np.argmin(np.abs(on - middle))])
-    while start > 0 and profile[start - 1] >= profile.max() / 5:
+    on = _rows_on(ink)
+    rows = np.flatnonzero(on)
+    middle = len(on) // 2
+    start = stop = int(rows[np.argmin(np.abs(rows - middle))])
+    while start > 0 and on[start - 1]:
         start -= 1
-    while stop < len(profile) - 1 and profile[stop + 1] >= profile.max() / 5:
+    while stop < len(on) - 1 and on[stop + 1]:
         stop += 1
     return (start, stop + 1) if stop - start >= 6 else None
 
 
 def _bridged_band(ink: np.ndarray, band: tuple[int, int]) -> tuple[int, int] | None:
-    """`band` grown over the runs of such rows beyond a gap at most half its height, on either side; None when
-    there is none. A name line is mostly fillers, whose arms fill the middle and lower rows: smeared by motion,
-    the letters' thinner rows fall below a fifth of the busiest row's ink and the band loses the letters' tops or
-    feet. It may as well take in a neighbouring line or a pattern: `read_strip` keeps the band whose cells read
-    surer."""
-    profile = (ink > 0.5).sum(axis=1).astype(np.float32)
-    on = profile >= profile.max() / 5
+    """`band` grown over the runs of rows holding text beyond a gap at most half its height, on either side; None
+    when there is none. A name line is mostly fillers, whose arms fill the middle and lower rows: smeared by
+    motion, the letters' thinner rows fall below a fifth of the busiest row's ink and the band loses the letters'
+    tops or feet. It may as well take in a neighbouring line or a pattern: `read_strip` keeps the band whose cells
+    read surer."""
+    on = _rows_on(ink)
     start, stop = band[0], band[1] - 1
     reach = (stop - start + 1) // 2
     above = np.flatnonzero(on[max(0, start - reach - 1):start])
@@ -135,7 +140,7 @@ def _bridged_band(ink: np.ndarray, band: tuple[int, int]) -> tuple[int, int] | N
             start -= 1
     if len(below):
         stop = stop + 1 + int(below[-1])
-        while stop < len(profile) - 1 and on[stop + 1]:
+        while stop < len(on) - 1 and on[stop + 1]:
             stop += 1
     return (start, stop + 1) if (start, stop + 1) != band else None
 
