@@ -4,12 +4,12 @@
     python tools/make_samples.py /tmp/e101 --set eval --count 300 --seed 101
     python tools/make_samples.py /tmp/h101 --set hard --count 240 --seed 101
     python tools/fit_calibration.py /tmp/e101/manifest.json /tmp/h101/manifest.json \\
-        --observations data/calibration_observations.jsonl --out pipeline/trust/calibration_table.json
-    python tools/fit_calibration.py --from-observations data/calibration_observations.jsonl --reclass \\
+        --observations data/calibration_observations.jsonl.gz --out pipeline/trust/calibration_table.json
+    python tools/fit_calibration.py --from-observations data/calibration_observations.jsonl.gz --reclass \\
         --out pipeline/trust/calibration_table.json        # after a change to the evidence classes: no OCR
 
 Tuning seeds are 101-120, for both `--set eval` and `--set hard`; every other seed is for evaluation. The
-observations of the shipped table are committed (`data/calibration_observations.jsonl`: classes, checks, raw
+observations of the shipped table are committed (`data/calibration_observations.jsonl.gz`: classes, checks, raw
 scores and right/wrong per field, no values); more tuning pages are added by naming more tuning manifests
 with the same `--observations` file (pages already in it, by manifest folder name and page path, are skipped:
 name the folders by set and seed).
@@ -30,9 +30,9 @@ table was fitted on would flatter it.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
-from contextlib import nullcontext
 from datetime import date
 from pathlib import Path
 from typing import TextIO
@@ -50,12 +50,12 @@ from pipeline.trust.key import ocr_key  # noqa: E402
 from pipeline.trust.table import Calibration, evidence_class  # noqa: E402
 
 
-def observe(manifest: Path, today: date, limit: int | None = None, sink: TextIO | None = None,
+def observe(manifest: Path, today: date, limit: int | None = None, sink: Path | None = None,
             done: set[tuple[str, str, int]] | None = None) -> list[dict]:
     """One observation per present field of every page of `manifest` (its first `limit` pages). Each holds
     what its evidence class is computed from (doc type, checks passed and failed), so the classes can be
-    redrawn later without reading the pages again (`--reclass`). Written to `sink` page by page as they come;
-    pages in `done` ((manifest, path, page) already observed) are not read again."""
+    redrawn later without reading the pages again (`--reclass`). Appended to the file `sink` page by page as they
+    come (`append_observations`); pages in `done` ((manifest, path, page) already observed) are not read again."""
     settings = Settings()
     backend = OcrBackend(today=today)
     out = []
@@ -84,18 +84,37 @@ def observe(manifest: Path, today: date, limit: int | None = None, sink: TextIO 
             page_obs.append({"manifest": manifest.parent.name, "path": item.rel_path, "page": item.page,
                              "condition": item.condition, "field": None})
         if sink is not None:
-            sink.write("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in page_obs))
-            sink.flush()
+            append_observations(sink, page_obs)
         out += [o for o in page_obs if o["field"] is not None]
         print(f"\r{manifest.parent.name}: {n}/{len(items)}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     return out
 
 
+def _open(path: Path, mode: str) -> TextIO:
+    """A JSON-lines file as text, gzip-compressed when its name ends in `.gz` (the committed observations)."""
+    return gzip.open(path, mode + "t", encoding="utf-8") if path.suffix == ".gz" else path.open(mode, encoding="utf-8")
+
+
+def append_observations(path: Path, rows: list[dict]) -> None:
+    """Append one page's rows, the file closed after each page (a gzip file gets one member per page), so an
+    interrupted run loses at most the page it was writing."""
+    with _open(path, "a") as f:
+        f.write("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in rows))
+
+
 def read_observations(path: Path, *, markers: bool = False) -> list[dict]:
-    """The field observations of a JSON-lines file (with `markers`, also the rows of pages with no present
-    field, which only say the page was read)."""
-    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    """The field observations of a JSON-lines file, gzip-compressed or not (with `markers`, also the rows of
+    pages with no present field, which only say the page was read). A gzip member cut short by an interrupted
+    run ends the reading: the pages before it are kept, the cut page is read again."""
+    rows = []
+    with _open(path, "r") as f:
+        try:
+            for line in f:
+                if line.strip():
+                    rows.append(json.loads(line))
+        except (EOFError, json.JSONDecodeError):
+            pass
     return rows if markers else [o for o in rows if not ("field" in o and o["field"] is None)]
 
 
@@ -134,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-report", type=Path, action="append", default=[],
                     help="held-out raw-score eval report: print the fitted table's precision/coverage on it")
     ap.add_argument("--observations", type=Path,
-                    help="append the observations of the manifests' pages here (JSON lines); pages already in it "
-                         "are not read again")
+                    help="append the observations of the manifests' pages here (JSON lines, gzip-compressed when "
+                         "named .gz); pages already in it are not read again")
     ap.add_argument("--reclass", action="store_true",
                     help="redraw every observation's evidence class with the current code before fitting")
     ap.add_argument("--out", type=Path, default=Path("pipeline/trust/calibration_table.json"))
@@ -154,9 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.observations and args.observations.exists() else []
         done = {(o["manifest"], o["path"], o["page"]) for o in rows if "path" in o}
         observations += [o for o in rows if not ("field" in o and o["field"] is None)]
-        with (args.observations.open("a", encoding="utf-8") if args.observations else nullcontext()) as sink:
-            for manifest in args.manifests:
-                observations += observe(manifest, args.today, args.limit, sink, done)
+        for manifest in args.manifests:
+            observations += observe(manifest, args.today, args.limit, args.observations, done)
     if args.reclass:
         observations = reclass(observations)
     table = fit(observations, key=ocr_key().as_dict(), min_observations=args.min_observations)

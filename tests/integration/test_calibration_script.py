@@ -41,3 +41,22 @@ def test_refit_redraws_classes_states_intervals_and_keys_the_table(tmp_path):
     low, high = stated["interval95"]
     assert 0.93 < low < 79 / 80 < high < 1.0
     assert "expiry_date/cn.validity_span" in done.stdout and "right=   79" in done.stdout
+
+
+def test_gzip_observations_one_member_a_page_and_a_cut_page_is_dropped(tmp_path):
+    """The committed observations are gzip-compressed; each page is appended as a member of its own, so a run
+    killed while writing one loses that page only: the refit reads the pages before it."""
+    import gzip
+
+    obs = tmp_path / "obs.jsonl.gz"
+    for i in range(12):
+        before = obs.stat().st_size if obs.exists() else 0
+        with gzip.open(obs, "at", encoding="utf-8") as f:
+            f.write(json.dumps({"class": "name/printed", "raw": 0.9, "correct": True, "manifest": "t",
+                                "path": f"p{i}.png", "page": 0, "field": "name"}) + "\n")
+    whole = obs.read_bytes()
+    obs.write_bytes(whole[:before + (len(whole) - before) // 2])  # the last page's member cut in half
+    out = tmp_path / "table.json"
+    subprocess.run([sys.executable, str(REPO / "tools" / "fit_calibration.py"), "--from-observations", str(obs),
+                    "--out", str(out)], check=True, capture_output=True)
+    assert json.loads(out.read_text())["observations"] == 11

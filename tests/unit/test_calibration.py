@@ -3,6 +3,7 @@ report."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from pathlib import Path
@@ -81,12 +82,13 @@ def test_shipped_table_is_monotone_and_bounded():
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "pipeline" / "trust" / "calibration_table.json"
-OBSERVATIONS = REPO / "data" / "calibration_observations.jsonl"
+OBSERVATIONS = REPO / "data" / "calibration_observations.jsonl.gz"
 THRESHOLD = 0.95  # the documented auto-accept threshold
 
 
 def _field_observations() -> list[dict]:
-    rows = [json.loads(x) for x in OBSERVATIONS.read_text(encoding="utf-8").splitlines() if x.strip()]
+    with gzip.open(OBSERVATIONS, "rt", encoding="utf-8") as f:
+        rows = [json.loads(x) for x in f if x.strip()]
     return [o for o in rows if o.get("field") is not None]
 
 
