@@ -1,9 +1,8 @@
 #!/usr/bin/env python
 """Refit the confidence calibration table (pipeline/trust/calibration_table.json) on tuning manifests.
 
-    python tools/make_samples.py /tmp/e101 --set eval --count 300 --seed 101
-    python tools/make_samples.py /tmp/h101 --set hard --count 240 --seed 101
-    python tools/fit_calibration.py /tmp/e101/manifest.json /tmp/h101/manifest.json \\
+    python tools/make_samples.py /tmp/h115 --set hard --count 240 --seed 115
+    python tools/fit_calibration.py /tmp/h115/manifest.json \\
         --observations data/calibration_observations.jsonl.gz --out pipeline/trust/calibration_table.json
     python tools/fit_calibration.py --from-observations data/calibration_observations.jsonl.gz --reclass \\
         --out pipeline/trust/calibration_table.json        # after a change to the evidence classes: no OCR
@@ -12,7 +11,8 @@ Tuning seeds are 101-120, for both `--set eval` and `--set hard`; every other se
 observations of the shipped table are committed (`data/calibration_observations.jsonl.gz`: classes, checks, raw
 scores and right/wrong per field, no values); more tuning pages are added by naming more tuning manifests
 with the same `--observations` file (pages already in it, by manifest folder name and page path, are skipped:
-name the folders by set and seed).
+name the folders by set and seed) and the folder to `tools/tuning_sets.py`, the recipe of every tuning folder.
+After a change to what a reader records, every tuning page is read again: that script's docstring has the commands.
 
 Every manifest page is prepared and read by the embedded OCR backend (raw scores: backends never calibrate); each
 present field becomes one observation (evidence class with the doc type and checks it comes from, raw score, right or
