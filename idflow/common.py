@@ -309,15 +309,6 @@ def stopped_by_signal(what_now: str) -> Iterator[None]:
 def _in_chain(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
     """`exc` when it is a `kind`, else the `kind` it wraps (as the cause or context of another error, or in a
     group), else None."""
-    pending, seen = [exc], set()
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, kind):
-            return current
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-    return None
+    from pipeline.run.session import first_in_chain
+
+    return first_in_chain(exc, lambda e: isinstance(e, kind))

@@ -46,21 +46,28 @@ class OutputWriteError(RuntimeError):
     """OUT could not take what the run had to write; what was stored before stays (the message says how much)."""
 
 
-def storage_problem(exc: BaseException) -> OSError | None:
-    """The OS error in `exc` (itself, its causes and contexts, the members of a group) that says OUT's file system
-    is full or not writable, or None."""
+def first_in_chain(exc: BaseException, test: Callable[[BaseException], bool]) -> BaseException | None:
+    """The first error `test` accepts among `exc`, its causes and contexts and the members of its groups (each
+    looked at once, so a cycle ends), or None: what a wrapped error really was, however deep it was raised."""
     pending, seen = [exc], set()
     while pending:
         current = pending.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in _FULL | _NOT_WRITABLE:
+        if test(current):
             return current
         if isinstance(current, BaseExceptionGroup):
             pending.extend(current.exceptions)
         pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
     return None
+
+
+def storage_problem(exc: BaseException) -> OSError | None:
+    """The OS error in `exc` (itself, its causes and contexts, the members of a group) that says OUT's file system
+    is full or not writable, or None."""
+    found = first_in_chain(exc, lambda e: isinstance(e, OSError) and e.errno in _FULL | _NOT_WRITABLE)
+    return found if isinstance(found, OSError) else None
 
 
 def what_to_do(problem: OSError) -> str:
