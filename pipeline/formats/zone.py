@@ -158,7 +158,10 @@ def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | N
 
     A name a second reader of the zone reads alike is `mrz.name_two_readers`, one it reads otherwise
     `TWO_READERS_DISAGREE` (a disagreement: capped, never auto-accepted), whether or not the printed zone confirms
-    it; a name the second reader was not asked about keeps the class its printed confirmation gives."""
+    it; a name the second reader was not asked about keeps the class its printed confirmation gives. A number
+    whose check digit passed is `mrz.number_passed_confirmed` when the printed zone shows the same number (read
+    apart from the zone, in another place and print: a misread that happens to pass the digit is not repeated
+    there), else `mrz.number_passed`, where such misreads, and a low recognition score, still count."""
     def verdict(check: str) -> str:
         return "passed" if check in checks else "failed" if check in failures else "none"
 
@@ -171,9 +174,11 @@ def zone_evidence(field: str, checks: list[str], failures: list[str]) -> str | N
         TWO_READERS_DISAGREE if NAME_TWO_READERS_CHECK in failures else \
         "mrz.name_vs_printed_passed" if "cross.name_mrz_vs_viz" in checks else \
         "mrz.name_vs_printed_" + verdict("cross.name_mrz_vs_viz")
+    number_source = "mrz.number_unconfirmed" if NUMBER_UNCONFIRMED_CHECK in failures else \
+        "mrz.number_passed_confirmed" if "mrz.number" in checks and "cross.number_mrz_vs_viz" in checks else \
+        "mrz.number_" + verdict("mrz.number")
     return {"name": name_source,
-            "id_number": "mrz.number_unconfirmed" if NUMBER_UNCONFIRMED_CHECK in failures else
-            "mrz.number_" + verdict("mrz.number"),
+            "id_number": number_source,
             "expiry_date": "mrz.expiry_printed_span" if PRINTED_VALIDITY_SPAN_CHECK in checks else
             "mrz.expiry_" + verdict("mrz.expiry")}[field]
 

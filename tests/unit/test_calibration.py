@@ -19,6 +19,12 @@ from pipeline.trust.table import Calibration, evidence_class, shipped
 def test_evidence_classes_follow_the_checks():
     mrz_ok = ["mrz.number", "mrz.expiry", "cross.name_mrz_vs_viz"]
     assert evidence_class("id_number", "passport", mrz_ok, []) == "id_number/mrz.number_passed"
+    # a number the printed zone shows alike is a class of its own; one the print contradicts or lacks is not
+    assert evidence_class("id_number", "passport", mrz_ok + ["cross.number_mrz_vs_viz"], []) == \
+        "id_number/mrz.number_passed_confirmed"
+    assert evidence_class("id_number", "passport", mrz_ok, ["cross.number_mrz_vs_viz"]) == "id_number/mrz.number_passed"
+    assert evidence_class("id_number", "passport", ["cross.number_mrz_vs_viz"], ["mrz.number"]) == \
+        "id_number/mrz.number_failed"
     assert evidence_class("name", "passport", mrz_ok, []) == "name/mrz.name_vs_printed_passed"
     assert evidence_class("name", "passport", ["mrz.number"], ["cross.name_mrz_vs_viz"]) == \
         "name/mrz.name_vs_printed_failed"
