@@ -115,20 +115,26 @@ def _text_band(ink: np.ndarray) -> tuple[int, int] | None:
     on = _rows_on(ink)
     rows = np.flatnonzero(on)
     middle = len(on) // 2
-    start = stop = int(rows[np.argmin(np.abs(rows - middle))])
+    seed = int(rows[np.argmin(np.abs(rows - middle))])
+    start, stop = _grown(on, seed, seed)
+    return (start, stop + 1) if stop - start >= 6 else None
+
+
+def _grown(on: np.ndarray, start: int, stop: int) -> tuple[int, int]:
+    """Rows `start`..`stop` (inclusive) grown over the rows holding text that adjoin them."""
     while start > 0 and on[start - 1]:
         start -= 1
     while stop < len(on) - 1 and on[stop + 1]:
         stop += 1
-    return (start, stop + 1) if stop - start >= 6 else None
+    return start, stop
 
 
 def _bridged_band(ink: np.ndarray, band: tuple[int, int]) -> tuple[int, int] | None:
-    """`band` grown over the runs of rows holding text beyond a gap at most half its height, on either side; None
-    when there is none. A name line is mostly fillers, whose arms fill the middle and lower rows: smeared by
-    motion, the letters' thinner rows fall below a fifth of the busiest row's ink and the band loses the letters'
-    tops or feet. It may as well take in a neighbouring line or a pattern: `read_strip` keeps the band whose cells
-    read surer."""
+    """`band` (a whole run of rows holding text, as `_text_band` draws it) grown over the runs of rows holding text
+    beyond a gap at most half its height, on either side; None when there is none. A name line is mostly fillers,
+    whose arms fill the middle and lower rows: smeared by motion, the letters' thinner rows fall below a fifth of the
+    busiest row's ink and the band loses the letters' tops or feet. It may as well take in a neighbouring line or a
+    pattern: `read_strip` keeps the band whose cells read surer."""
     on = _rows_on(ink)
     start, stop = band[0], band[1] - 1
     reach = (stop - start + 1) // 2
@@ -136,12 +142,9 @@ def _bridged_band(ink: np.ndarray, band: tuple[int, int]) -> tuple[int, int] | N
     below = np.flatnonzero(on[stop + 1:stop + reach + 2])
     if len(above):
         start = max(0, start - reach - 1) + int(above[0])
-        while start > 0 and on[start - 1]:
-            start -= 1
     if len(below):
         stop = stop + 1 + int(below[-1])
-        while stop < len(on) - 1 and on[stop + 1]:
-            stop += 1
+    start, stop = _grown(on, start, stop)
     return (start, stop + 1) if (start, stop + 1) != band else None
 
 
