@@ -21,10 +21,10 @@ score to the share of right values, each step mapped to the lower end of its 95%
 (`pipeline.trust.fit`); the script prints and the table stores per class the observations, the right count
 and the 95% interval. A class with fewer than 300 observations (`--min-observations`) stays capped at the
 unseen cap, below the auto-accept threshold. `--observations` appends the observations (JSON lines) page by page,
-so an interrupted run resumes and a refit from them (`--from-observations`, with `--reclass` after a change to
-the evidence classes) needs no OCR as long as the raw readings did not change. The table is keyed for the
-embedded backend (`key`: backend, OCR model id, no prompt). Use tuning seeds only: evaluating on the seeds the
-table was fitted on would flatter it.
+so an interrupted run resumes, and rewrites the file as one gzip stream once every page is in; a refit from them
+(`--from-observations`, with `--reclass` after a change to the evidence classes) needs no OCR as long as the raw
+readings did not change. The table is keyed for the embedded backend (`key`: backend, OCR model id, no prompt).
+Use tuning seeds only: evaluating on the seeds the table was fitted on would flatter it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import sys
 from datetime import date
 from pathlib import Path
@@ -101,6 +102,16 @@ def append_observations(path: Path, rows: list[dict]) -> None:
     interrupted run loses at most the page it was writing."""
     with _open(path, "a") as f:
         f.write("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in rows))
+
+
+def compact_observations(path: Path) -> None:
+    """Rewrite the observations as one stream (one gzip member), atomically, once every page is in: a member per
+    page compresses each page alone, which makes the committed file over ten times larger."""
+    rows = read_observations(path, markers=True)
+    tmp = path.with_name(f".{path.name}.part{path.suffix}")  # the same suffix: compressed as the file is
+    with _open(tmp, "w") as f:
+        f.write("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in rows))
+    os.replace(tmp, path)
 
 
 def read_observations(path: Path, *, markers: bool = False) -> list[dict]:
@@ -175,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         observations += [o for o in rows if not ("field" in o and o["field"] is None)]
         for manifest in args.manifests:
             observations += observe(manifest, args.today, args.limit, args.observations, done)
+        if args.observations and args.observations.exists():
+            compact_observations(args.observations)  # every page in: one stream, as committed
     if args.reclass:
         observations = reclass(observations)
     table = fit(observations, key=ocr_key().as_dict(), min_observations=args.min_observations)

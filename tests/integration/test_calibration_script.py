@@ -60,3 +60,29 @@ def test_gzip_observations_one_member_a_page_and_a_cut_page_is_dropped(tmp_path)
     subprocess.run([sys.executable, str(REPO / "tools" / "fit_calibration.py"), "--from-observations", str(obs),
                     "--out", str(out)], check=True, capture_output=True)
     assert json.loads(out.read_text())["observations"] == 11
+
+
+def test_observations_appended_page_by_page_are_rewritten_as_one_stream(tmp_path):
+    """Once every page is in, the observations file is one gzip member with every row (markers too), in order:
+    a member per page compresses each page alone."""
+    import gzip
+    import importlib.util
+    import zlib
+
+    spec = importlib.util.spec_from_file_location("fit_calibration", REPO / "tools" / "fit_calibration.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    obs = tmp_path / "obs.jsonl.gz"
+    rows = [{"manifest": "t", "path": f"p{i}.png", "page": 0, "field": "name" if i % 3 else None, "raw": i / 40}
+            for i in range(40)]
+    for row in rows:
+        script.append_observations(obs, [row])
+    appended = obs.stat().st_size
+    script.compact_observations(obs)
+    unpacked = zlib.decompressobj(wbits=31)
+    text = unpacked.decompress(obs.read_bytes())
+    assert unpacked.eof and unpacked.unused_data == b""  # one member, nothing after it
+    assert [json.loads(line) for line in text.decode().splitlines()] == rows
+    assert obs.stat().st_size < appended / 3
+    assert json.loads(gzip.decompress(obs.read_bytes()).decode().splitlines()[-1]) == rows[-1]
+    assert [p.name for p in tmp_path.iterdir()] == ["obs.jsonl.gz"]
