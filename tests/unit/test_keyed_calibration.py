@@ -88,3 +88,32 @@ def test_malformed_evidence_is_no_evidence() -> None:
     assert fields == {"name": "A B"} and evidence.mrz is None and evidence.printed == {}
     _, evidence = split_answer({"mrz": ["p<uto ERIKSSON", ""], "printed": {"id_number": "l 898-902"}})
     assert evidence.mrz == ("P<UTOERIKSSON",) and evidence.printed == {"name": None, "id_number": "L898902"}
+
+
+def test_a_users_embedded_table_older_than_a_class_is_capped_there_and_says_so_once(tmp_path: Path, caplog) -> None:
+    """A user's table for the embedded reader's key that lacks a class the shipped table measures (fitted before the
+    reader named that evidence) caps the field as unseen, and the run is told once per class which table to fit
+    again; a class neither table knows, and a model's table, warn nothing."""
+    import logging
+
+    confirmed, old = "id_number/mrz.number_passed_confirmed", "id_number/mrz.number_passed"
+    assert confirmed in shipped().curves
+    Tables(tmp_path).save(ocr_key(), table({old: True}))
+    ocr = Extraction(ref=DocumentRef(Path("/x.jpg"), "x.jpg", "0" * 64), fields={"doc_type": "passport"},
+                     backend="ocr", model=ocr_key().model,
+                     field_states={"id_number": FieldReading("L898902C3", "present", 1.0),
+                                   "name": FieldReading("ERIKSSON ANNA", "present", 1.0)},
+                     evidence={"id_number": confirmed, "name": "name/no.such_class"})
+    scorer = Scorer.for_key(ocr_key(), tmp_path)
+    with caplog.at_level(logging.WARNING, logger="pipeline.trust.table"):
+        scored = [scorer(ocr) for _ in range(3)]
+    assert scored[0].field_states["id_number"].confidence <= scorer.table.unseen_cap < 0.95
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and confirmed in warnings[0] and "idflow calibrate" in warnings[0], warnings
+    assert scorer.table.table_id in warnings[0] and "no.such_class" not in warnings[0]
+    caplog.clear()
+    Tables(tmp_path).save(KEY, table({"id_number/mrz.number_passed/nolp": True}))
+    with caplog.at_level(logging.WARNING, logger="pipeline.trust.table"):
+        Scorer.for_key(KEY, tmp_path)(extraction(id_number=FieldReading("L898902C3", "present", 1.0)))
+        Scorer.for_key(ocr_key(), tmp_path / "none")(ocr)  # the shipped table itself
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
