@@ -223,55 +223,53 @@ class Scorer:
     the scores a table is fitted on, for `idflow calibrate`); never below the floor the embedded path's table
     (`embedded`) gives a field's embedded evidence (`floored`).
 
-    A user's table for the embedded reader's key that has never seen a class the shipped table knows was fitted
-    before the reader named that evidence: its fields are capped (`unseen_cap`) until the table is fitted again,
-    and the first field of each such class says so in a warning (`shipped_classes`), since the share of
-    documents auto-accepted drops for a reason no record shows."""
+    A user's table for the embedded reader's key that has never seen a class the shipped table measures was
+    fitted before the reader named that evidence: its fields (and a model's floors from it) are capped
+    (`unseen_cap`) until the table is fitted again, and the first field of each such class says so in a warning
+    (`_warn_unseen`), since the share of documents auto-accepted drops for a reason no record shows."""
 
     key: TableKey
     table: Calibration | None
     raw: bool = False
     embedded: Calibration | None = None
-    shipped_classes: frozenset[str] = frozenset()  # set only for a user's table of the shipped table's key
 
     @classmethod
     def for_key(cls, key: TableKey, directory: Path | None, *, raw: bool = False) -> Scorer:
         if raw:
             return cls(key, None, raw)
         tables = Tables(directory)
-        table = tables.find(key)
-        known = frozenset(shipped().curves) if table not in (None, shipped()) and key == shipped().table_key \
-            else frozenset()
-        return cls(key, table, raw, tables.find(ocr_key()), known)
+        return cls(key, tables.find(key), raw, tables.find(ocr_key()))
 
     def __call__(self, extraction: Extraction) -> Extraction:
         if self.raw:
             return extraction
+        _warn_unseen(self.embedded, [cls_name for cls_name, _ in extraction.embedded.values()])
         if self.table is not None:
-            if self.shipped_classes:
-                self._warn_unseen(extraction)
+            _warn_unseen(self.table, [field_class(extraction, name) for name, reading in
+                                      extraction.field_states.items() if reading.state == "present"])
             return self.table.apply(extraction, self.embedded)
         return unknown(extraction, self.embedded)
 
-    def _warn_unseen(self, extraction: Extraction) -> None:
-        for name, reading in extraction.field_states.items():
-            cls_name = field_class(extraction, name) if reading.state == "present" else None
-            if cls_name in self.shipped_classes and cls_name not in self.table.curves:
-                _warn_once(self.table.table_id, cls_name)
 
-
-_warned: set[tuple[str, str]] = set()
+_warned: set[tuple[str, str]] = set()  # (table id, class): once per process
 _warned_lock = threading.Lock()
 
 
-def _warn_once(table_id: str, cls_name: str) -> None:
-    with _warned_lock:
-        if (table_id, cls_name) in _warned:
-            return
-        _warned.add((table_id, cls_name))
-    log.warning("the calibration table %s has never seen the evidence class %s, which this version of the "
-                "embedded reader gives and the shipped table measures: such fields stay below the auto-accept "
-                "threshold until `idflow calibrate` fits the table again", table_id, cls_name)
+def _warn_unseen(table: Calibration | None, classes: list[str]) -> None:
+    """Warn, once per table and class, of `classes` that a user's table of the shipped table's key has never seen
+    and the shipped table measures; nothing for the shipped table itself or another key's table."""
+    if table is None or table is shipped() or table.table_key != shipped().table_key:
+        return
+    for cls_name in classes:
+        if cls_name in table.curves or cls_name not in shipped().curves:
+            continue
+        with _warned_lock:
+            if (table.table_id, cls_name) in _warned:
+                continue
+            _warned.add((table.table_id, cls_name))
+        log.warning("the calibration table %s has never seen the evidence class %s, which this version of the "
+                    "embedded reader gives and the shipped table measures: such fields stay below the auto-accept "
+                    "threshold until `idflow calibrate` fits the table again", table.table_id, cls_name)
 
 
 class Trust:

@@ -94,6 +94,7 @@ def test_a_users_embedded_table_older_than_a_class_is_capped_there_and_says_so_o
     """A user's table for the embedded reader's key that lacks a class the shipped table measures (fitted before the
     reader named that evidence) caps the field as unseen, and the run is told once per class which table to fit
     again; a class neither table knows, and a model's table, warn nothing."""
+    import dataclasses
     import logging
 
     confirmed, old = "id_number/mrz.number_passed_confirmed", "id_number/mrz.number_passed"
@@ -117,3 +118,11 @@ def test_a_users_embedded_table_older_than_a_class_is_capped_there_and_says_so_o
         Scorer.for_key(KEY, tmp_path)(extraction(id_number=FieldReading("L898902C3", "present", 1.0)))
         Scorer.for_key(ocr_key(), tmp_path / "none")(ocr)  # the shipped table itself
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    # a model's floor taken from that older table: the floor's class is named too
+    expiry = "expiry_date/mrz.expiry_passed"
+    answer = dataclasses.replace(extraction(expiry_date=FieldReading("2031-02-02", "present", 1.0)),
+                                 embedded={"expiry_date": (expiry, 1.0)})
+    with caplog.at_level(logging.WARNING, logger="pipeline.trust.table"):
+        floored_answer = Scorer.for_key(KEY, tmp_path)(answer)
+    assert floored_answer.field_states["expiry_date"].confidence < 0.95
+    assert [expiry in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [True]
