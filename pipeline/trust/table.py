@@ -55,6 +55,7 @@ import hashlib
 import json
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
@@ -243,10 +244,11 @@ class Scorer:
     def __call__(self, extraction: Extraction) -> Extraction:
         if self.raw:
             return extraction
-        _warn_unseen(self.embedded, [cls_name for cls_name, _ in extraction.embedded.values()])
+        # generators: a field's class is drawn only for a user's table of the shipped key, not on every reading
+        _warn_unseen(self.embedded, (cls_name for cls_name, _ in extraction.embedded.values()))
         if self.table is not None:
-            _warn_unseen(self.table, [field_class(extraction, name) for name, reading in
-                                      extraction.field_states.items() if reading.state == "present"])
+            _warn_unseen(self.table, (field_class(extraction, name) for name, reading in
+                                      extraction.field_states.items() if reading.state == "present"))
             return self.table.apply(extraction, self.embedded)
         return unknown(extraction, self.embedded)
 
@@ -255,7 +257,7 @@ _warned: set[tuple[str, str]] = set()  # (table id, class): once per process
 _warned_lock = threading.Lock()
 
 
-def _warn_unseen(table: Calibration | None, classes: list[str]) -> None:
+def _warn_unseen(table: Calibration | None, classes: Iterable[str]) -> None:
     """Warn, once per table and class, of `classes` that a user's table of the shipped table's key has never seen
     and the shipped table measures; nothing for the shipped table itself or another key's table."""
     if table is None or table is shipped() or table.table_key != shipped().table_key:
