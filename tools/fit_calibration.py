@@ -109,8 +109,8 @@ def compact_observations(path: Path) -> None:
     page compresses each page alone, which makes the committed file over ten times larger."""
     rows = read_observations(path, markers=True)
     tmp = path.with_name(f".{path.name}.part{path.suffix}")  # the same suffix: compressed as the file is
-    with _open(tmp, "w") as f:
-        f.write("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in rows))
+    tmp.unlink(missing_ok=True)  # what an interrupted rewrite left
+    append_observations(tmp, rows)  # one write to a new file: one member
     os.replace(tmp, path)
 
 
