@@ -1,0 +1,52 @@
+"""The text detector runs on OpenVINO, compiled per page shape (`rapidocr_stages._probability_map`): it must
+give the map and the boxes that RapidOCR's default engine (ONNX Runtime, same model file) gives, and pages
+detected from several threads at once must each get their own boxes."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from rapidocr import RapidOCR
+from rapidocr.ch_ppocr_det.utils import DetPreProcess
+
+from pipeline.extract.ocr import rapidocr_stages
+from synth import render as R
+from synth.identities import random_mrz_person
+
+
+def _bgr(rendered: R.Rendered) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(rendered.image.convert("RGB"))[:, :, ::-1])
+
+
+def test_the_openvino_detector_gives_onnx_runtimes_map_and_boxes():
+    bgr = _bgr(R.id_card_td1(random_mrz_person(random.Random(3), "id_card")))
+    detector = rapidocr_stages._engine()._load_det_model()
+    reference = RapidOCR(params={"Global.log_level": "error", "Global.use_cls": False})._load_det_model()
+    assert type(detector.session).__module__.startswith("rapidocr.inference_engine.openvino")
+    assert type(reference.session).__module__.startswith("rapidocr.inference_engine.onnxruntime")
+    limit_type, limit_side_len = rapidocr_stages.detector_limit(*bgr.shape[:2])
+    tensor = DetPreProcess(limit_side_len, limit_type, detector.mean, detector.std)(bgr)
+
+    ours, theirs = rapidocr_stages._probability_map(detector, tensor), reference.session(tensor)
+
+    assert ours.shape == theirs.shape
+    assert float(np.abs(ours - theirs).max()) < 1e-3
+    boxes, _ = detector.postprocess_op(ours, bgr.shape[:2])
+    expected, _ = reference.postprocess_op(theirs, bgr.shape[:2])
+    assert len(boxes) == len(expected) >= 10
+    assert float(np.abs(np.asarray(boxes) - np.asarray(expected)).max()) <= 1.0
+
+
+def test_pages_detected_from_several_threads_at_once_get_their_own_boxes():
+    pages = [_bgr(R.id_card_td1(random_mrz_person(random.Random(5), "id_card"))),
+             _bgr(R.visa_mrva(random_mrz_person(random.Random(6), "visa")))]
+    alone = [rapidocr_stages.detect(p).boxes for p in pages]
+    assert alone[0].shape != alone[1].shape or not np.array_equal(alone[0], alone[1])
+
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda i: (i, rapidocr_stages.detect(pages[i]).boxes), [0, 1] * 4))
+
+    for i, boxes in together:
+        np.testing.assert_array_equal(boxes, alone[i])
