@@ -1,6 +1,8 @@
-"""The text detector runs on OpenVINO, compiled per page shape (`rapidocr_stages._probability_map`): it must
-give the map and the boxes that RapidOCR's default engine (ONNX Runtime, same model file) gives, and pages
-detected from several threads at once must each get their own boxes."""
+"""The shared engine's two stages against RapidOCR's defaults on the same model files: the text detector runs on
+OpenVINO, compiled per page shape (`rapidocr_stages._probability_map`), and must give ONNX Runtime's map and
+boxes, also for pages detected from several threads at once; the recogniser runs on ONNX Runtime with an arena
+shrunk after every run (`rapidocr_stages._ArenaShrinkingSession`) and must read every crop as RapidOCR's own
+session (no arena) does."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from rapidocr import RapidOCR
 from rapidocr.ch_ppocr_det.utils import DetPreProcess
+from rapidocr.ch_ppocr_rec import TextRecInput
 
 from pipeline.extract.ocr import rapidocr_stages
 from synth import render as R
@@ -50,3 +53,19 @@ def test_pages_detected_from_several_threads_at_once_get_their_own_boxes():
 
     for i, boxes in together:
         np.testing.assert_array_equal(boxes, alone[i])
+
+
+def test_the_recogniser_with_its_shrunk_arena_reads_as_rapidocrs_own_session():
+    page = rapidocr_stages.detect(_bgr(R.passport_td3(random_mrz_person(random.Random(7), "passport"))))
+    recogniser = rapidocr_stages._engine()._load_rec_model()
+    reference = RapidOCR(params={"Global.log_level": "error", "Global.use_cls": False,
+                                 "Rec.rec_batch_num": rapidocr_stages.REC_BATCH})._load_rec_model()
+    assert type(recogniser.session).__name__ == "_ArenaShrinkingSession"
+    assert type(reference.session).__module__.startswith("rapidocr.inference_engine.onnxruntime")
+    assert len(page.batches) >= 3
+
+    for batch in page.batches:
+        crops = [page.crops[i] for i in batch]
+        ours, theirs = recogniser(TextRecInput(img=crops)), reference(TextRecInput(img=crops))
+        assert ours.txts == theirs.txts
+        assert np.allclose(ours.scores, theirs.scores, atol=1e-5)
