@@ -69,3 +69,18 @@ def test_the_recogniser_with_its_shrunk_arena_reads_as_rapidocrs_own_session():
         ours, theirs = recogniser(TextRecInput(img=crops)), reference(TextRecInput(img=crops))
         assert ours.txts == theirs.txts
         assert np.allclose(ours.scores, theirs.scores, atol=1e-5)
+
+
+def test_the_last_shapes_detector_is_kept_and_reads_a_page_as_a_fresh_one():
+    td1 = _bgr(R.id_card_td1(random_mrz_person(random.Random(8), "id_card")))
+    visa = _bgr(R.visa_mrva(random_mrz_person(random.Random(9), "visa")))
+    first = rapidocr_stages.detect(td1).boxes
+    kept = dict(rapidocr_stages._compiled)
+    assert len(kept) == 1
+
+    again = rapidocr_stages.detect(td1).boxes
+    assert dict(rapidocr_stages._compiled) == kept  # the same compiled model, not a new compile
+    rapidocr_stages.detect(visa)
+    assert len(rapidocr_stages._compiled) == 1 and rapidocr_stages._compiled.keys() != kept.keys()
+
+    np.testing.assert_array_equal(again, first)

@@ -35,6 +35,7 @@ REC_BATCH = 6
 _lock = threading.Lock()
 _shared: list = []
 _openvino: list = []  # one OpenVINO Core for the process (thread-safe), as the engine is one
+_compiled: dict = {}  # input shape -> the detector compiled for it, buffers released: the last shape run
 
 
 def _engine():  # noqa: ANN202 - RapidOCR has no public type to annotate with
@@ -147,14 +148,16 @@ def detect(bgr: np.ndarray) -> DetectedPage:
 
 def _probability_map(detector: object, tensor: np.ndarray) -> np.ndarray:
     """The detector's output for one page: RapidOCR's detection model, as its OpenVINO session read it, compiled
-    for exactly this page's input shape and run once.
+    for exactly this page's input shape, its buffers released once the map is out.
 
     Why: on this model OpenVINO takes under half the CPU of ONNX Runtime for the same map (the compile
     included; on the shared real specimens, one core: 0.52 s a page against 0.99 s), differences near 1e-5.
     Compiled for a dynamic shape, as RapidOCR's session is, it keeps buffers for the largest page it has seen
-    (+0.5-1 GB on real pages), whereas a model compiled for one shape plans its memory once and frees it with
-    the page; holding compiled models for reuse would hold their memory too. A fresh compiled model per call is
-    also what lets pages be detected from several threads at once (one infer request serves one inference)."""
+    (+0.5-1 GB on real pages), whereas a model compiled for one shape plans its memory for that shape and gives
+    it back on `release_memory`. The last shape's compiled model is kept (~40 MB without its buffers), as pages
+    of one scanner or phone share a shape and a compile costs about as much as the inference. A thread takes the
+    model it runs out of the cache, so no two threads ever run or release one model at once."""
+    shape = tuple(tensor.shape)
     with _lock:
         if not _openvino:
             import openvino
@@ -163,11 +166,20 @@ def _probability_map(detector: object, tensor: np.ndarray) -> np.ndarray:
             # no pinning: the recogniser and the prepare workers run on the same cores
             core.set_property("CPU", {"INFERENCE_NUM_THREADS": usable_cores(), "ENABLE_CPU_PINNING": False})
             _openvino.append(core)
-        model = detector.session.model.clone()
-    model.reshape([1, 3, *tensor.shape[2:]])
-    request = _openvino[0].compile_model(model, "CPU").create_infer_request()
+        compiled = _compiled.pop(shape, None)
+        model = detector.session.model.clone() if compiled is None else None
+    if compiled is None:
+        model.reshape(list(shape))
+        compiled = _openvino[0].compile_model(model, "CPU")
+    request = compiled.create_infer_request()
     request.infer([tensor])
-    return request.get_output_tensor().data.copy()
+    found = request.get_output_tensor().data.copy()
+    del request
+    compiled.release_memory()
+    with _lock:
+        _compiled.clear()
+        _compiled[shape] = compiled
+    return found
 
 
 def recognise(page: DetectedPage, batch: Sequence[int]) -> list[OcrLine | None]:
