@@ -12,6 +12,7 @@ Two entry points with different trust levels:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import re
@@ -41,21 +42,18 @@ def check_digit(s: str) -> int:
     """
     if not s or not _ALPHABET.fullmatch(s):
         raise ValueError(f"not MRZ text: {s!r}")
-    total = 0
-    for i, c in enumerate(s):
-        total += _value(c) * (7, 3, 1)[i % 3]
-    return total % 10
+    return sum(_VALUES[c] * w for c, w in zip(s, itertools.cycle((7, 3, 1)))) % 10
 
 
-def _value(c: str) -> int:
-    return 0 if c == "<" else int(c) if c.isdigit() else ord(c) - 55
+_VALUES = {c: 0 if c == "<" else int(c) if c.isdigit() else ord(c) - 55
+           for c in "<0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"}
 
 
 def check_blind(a: str, b: str) -> bool:
     """Whether the check digit cannot tell character `a` from `b`: their values are equal modulo 10 (M = 22 and
     W = 32, A = 10 and K = 20, 0 and A), so each weight (7, 3, 1) times their difference is a multiple of 10 and
     a number read with one for the other passes its check digit. M and W are a common misreading of blur."""
-    return a != b and _ALPHABET.fullmatch(a + b) is not None and (_value(a) - _value(b)) % 10 == 0
+    return a != b and _ALPHABET.fullmatch(a + b) is not None and (_VALUES[a] - _VALUES[b]) % 10 == 0
 
 
 def is_mrz_text(s: str) -> bool:
@@ -402,9 +400,12 @@ def looks_like_mrz(s: str) -> bool:
     return "<" in s or "KK" in s or sum(c.isdigit() for c in s) >= 0.5 * len(s)
 
 
+@functools.lru_cache(maxsize=4096)
 def repair_chars(line: str, classes: str) -> str:
     """Letter/digit swaps that the position class makes unambiguous (a date cannot contain 'O'), and
-    filler runs read as K at the end of optional data (check digits then confirm or reject)."""
+    filler runs read as K at the end of optional data (check digits then confirm or reject).
+
+    Cached: a zone search repairs the same line under each format of its width and for each window it is in."""
     out = []
     for c, k in zip(line, classes):
         if k in "dn":
@@ -467,9 +468,11 @@ def fit_width(line: str, width: int, is_name: bool) -> list[str]:
     return candidates
 
 
+@functools.lru_cache(maxsize=4096)
 def shape_mismatches(line: str, classes: str) -> int:
     """Positions whose character contradicts the layout even after the OCR-confusion repair (an 'X' or a
-    filler in a date, a '7' in a country code): how badly a length repair misaligned the line."""
+    filler in a date, a '7' in a country code): how badly a length repair misaligned the line. Cached, as
+    `repair_chars` is."""
     return sum((k == "d" and not c.isdigit()) or (k == "n" and c.isalpha()) or (k == "a" and c.isdigit())
                for c, k in zip(line, classes))
 
