@@ -298,9 +298,13 @@ def with_name_check(pixels: np.ndarray, lines: Sequence[OcrLine], reading: Docum
 
 
 def name_agrees(pixels: np.ndarray, lines: Sequence[OcrLine], name: str) -> bool | None:
-    """Whether the glyph reader reads the zone's name line as the first reader did: the same surname and given
-    names (words and where the surname ends), and those the stored `name`. None when the first reader's name
-    line is not among the zone's rows or cannot be cut into cells."""
+    """Whether the glyph reader reads the stored `name` on the zone's name line: the same words, in the same
+    order. None when the first reader's name line is not among the zone's rows or cannot be cut into cells.
+
+    The words are compared with the stored name, the first reader's line after the zone decoder's repairs, not
+    with that line as recognised: a filler the recogniser lost between surname and given name ("GU0<JIANWEN"),
+    or one it read as a letter after the name ("SARA<<<<K"), is repaired by the decoder, and a second reader that
+    reads the repaired name letter for letter agrees with the value stored."""
     found = name_line(lines, name)
     if found is None:
         return None
@@ -311,9 +315,7 @@ def name_agrees(pixels: np.ndarray, lines: Sequence[OcrLine], name: str) -> bool
     read = read_row(pixels, row, width, name_mask(width, first))
     if read is None:
         return None
-    first_reader = _name_parts(_row_text(boxes)[first:].translate(TO_ALPHA))
-    second_reader = _name_parts(read.text[first:])
-    return second_reader == first_reader and " ".join(w for part in second_reader for w in part) == name
+    return " ".join(w for part in _name_parts(read.text[first:]) for w in part) == name
 
 
 _TWO_LINE_NAME_AT = 5  # a two-line zone's first line: document code (2), issuing state (3), then the name
