@@ -49,10 +49,10 @@ NAME_EXTENDED_CHECK = "cross.name_printed_extends_mrz"
 # Failed (a disagreement) when the name is the zone's respelled as the page prints it (`_respelled_as_printed`).
 NAME_RESPELLED_CHECK = "cross.name_respelled_as_printed"
 # Passed (in `checks`) when a second reader of another method (`extract.ocr.mrz_glyphs`, a per-cell glyph
-# classifier) reads the zone's name line as the first reader did; failed when it reads another name. Asked where
-# the printed zone does not confirm the name, or confirms it at a low recognition score (`mrz_glyphs.wanted`): two
-# independent readers agreeing is evidence that does not depend on how the page was captured; disagreeing, one of
-# them is wrong and a person decides (`disagreements`).
+# classifier) reads the stored name on the zone's name line (`mrz_glyphs.name_agrees`); failed when it reads another
+# name. Asked where the printed zone does not confirm the name, or confirms it at a low recognition score
+# (`mrz_glyphs.wanted`): two independent readers agreeing is evidence that does not depend on how the page was
+# captured; disagreeing, one of them is wrong and a person decides (`disagreements`).
 NAME_TWO_READERS_CHECK = "mrz.name_two_readers"
 # The class of a name the two readers read otherwise. It ends in `/disagrees` (`trust.rules.DISAGREES`), so every
 # lookup of a confidence by class caps it (`trust.table.Calibration.confidence`), a model answer's floor from the
