@@ -105,7 +105,7 @@ def test_the_sample_passport_name_line_is_read_as_its_truth() -> None:
     boxes, width, first = found
     read = mrz_glyphs.read_row(pixels, mrz_glyphs._located_row(lines, boxes), width, mrz_glyphs.name_mask(width, 5))
     assert read is not None
-    assert " ".join(w for part in mrz_glyphs._name_parts(read.text[first:]) for w in part) == truth["name"]
+    assert mrz_glyphs._name_words(read.text[first:]) == truth["name"]
 
 
 def test_evidence_of_two_readers() -> None:

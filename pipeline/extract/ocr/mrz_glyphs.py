@@ -315,7 +315,7 @@ def name_agrees(pixels: np.ndarray, lines: Sequence[OcrLine], name: str) -> bool
     read = read_row(pixels, row, width, name_mask(width, first))
     if read is None:
         return None
-    return " ".join(w for part in _name_parts(read.text[first:]) for w in part) == name
+    return _name_words(read.text[first:]) == name
 
 
 _TWO_LINE_NAME_AT = 5  # a two-line zone's first line: document code (2), issuing state (3), then the name
@@ -382,7 +382,6 @@ def _located_row(lines: Sequence[OcrLine], boxes: Sequence[OcrLine]) -> Row | No
     return row if abs(row.cy - middle) < row.height else None
 
 
-def _name_parts(field_text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """A name field's surname words and given-name words (split at the first `<<`, ICAO 9303)."""
-    surname, _, given = field_text.rstrip("<").partition("<<")
-    return tuple(w for w in surname.split("<") if w), tuple(w for w in given.split("<") if w)
+def _name_words(field_text: str) -> str:
+    """A name field's words (surname, then given names) as the stored name writes them: space-separated."""
+    return " ".join(w for w in field_text.split("<") if w)
