@@ -75,12 +75,7 @@ def cluster(tmp_path: Path, prefect_api: str, model: None) -> Iterator[tuple[Sta
             client.wait_for_workers(2, timeout=120)
         yield stack, address
     finally:
-        # Workers first, while their scheduler still answers: a worker told to stop says goodbye to the
-        # scheduler, and with the scheduler stopping at the same moment it waited out the whole grace period.
-        for name in ("w1", "w2"):
-            if name in stack.procs:
-                stack.stop(name)
-        stack.stop_all()
+        stack.stop_all(hub="scheduler")  # the workers first, while their scheduler still answers
 
 
 def _client(address: str):  # noqa: ANN202 - distributed.Client, imported lazily

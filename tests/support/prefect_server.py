@@ -89,12 +89,13 @@ class Stack:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
-    def stop_all(self) -> None:
-        """Every process but the server told to stop at once, sharing one grace period (a loaded machine's Prefect
+    def stop_all(self, hub: str = "server") -> None:
+        """Every process but the `hub` told to stop at once, sharing one grace period (a loaded machine's Prefect
         workers may each take all of it: one after the other they took 40 s of a test file's teardown), then the
-        server, which they talk to while stopping."""
+        hub, which they talk to while stopping (a Prefect server; a Dask scheduler, whose workers stopped with it
+        waited out the whole grace to say goodbye)."""
         _deliver_queued_events()
-        others = [name for name in self.procs if name != "server"]
+        others = [name for name in self.procs if name != hub]
         for name in others:
             proc = self.procs[name]
             if proc.poll() is None:
@@ -109,7 +110,7 @@ class Stack:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-        self.stop("server")
+        self.stop(hub)
 
     def log(self, name: str) -> str:
         path = self.tmp / f"{name}.log"
