@@ -1,5 +1,6 @@
 """Fronts of national identity cards whose machine-readable zone is on the back: the French card of 2021, the
-German Personalausweis, the Dutch identity card, the Italian CIE and the Spanish DNI; the front of the PRC
+German Personalausweis, the Dutch identity card, the Italian CIE, the Spanish DNI, the Croatian and Czech cards
+and the US passport card; the UK photocard driving licence's front (numbered fields, no zone); the front of the PRC
 Foreign Permanent Resident ID Card (2023 model), which has no zone at all; and both sides of the French card of
 1988-2021, whose own 2x36 zone carries no expiry (the back prints it). Laid out after the published
 specimens (titles, bilingual labels, values under or beside their labels, the number where the issuer prints
@@ -37,6 +38,8 @@ SURNAMES = {
     "NLD": ("DE JONG", "JANSEN", "DE VRIES", "VAN DEN BERG", "BAKKER", "VISSER", "SMIT", "MEIJER"),
     "ITA": ("ROSSI", "RUSSO", "FERRARI", "ESPOSITO", "BIANCHI", "ROMANO", "COLOMBO", "RICCI"),
     "ESP": ("GARCÍA LÓPEZ", "MARTÍNEZ RUIZ", "SÁNCHEZ GIL", "PÉREZ MORENO", "GÓMEZ DÍAZ", "LÓPEZ NAVARRO"),
+    "HRV": ("HORVAT", "KOVAČEVIĆ", "BABIĆ", "MARIĆ", "JURIĆ", "NOVAK", "KNEŽEVIĆ", "VUKOVIĆ"),
+    "CZE": ("NOVÁK", "SVOBODOVÁ", "DVOŘÁK", "ČERNÁ", "PROCHÁZKA", "KUČEROVÁ", "VESELÝ", "HORÁKOVÁ"),
 }
 GIVEN = {
     "FRA": ("MARIE", "HÉLÈNE", "JEAN", "LUC", "CAMILLE", "ANNE-SOPHIE", "PIERRE", "CHLOÉ"),
@@ -44,10 +47,13 @@ GIVEN = {
     "NLD": ("JAN", "SANNE", "PIETER", "EMMA", "DAAN", "FLEUR", "THIJS", "LOTTE"),
     "ITA": ("GIULIA", "MARCO", "FRANCESCA", "LUCA", "CHIARA", "MATTEO", "SARA", "ANDREA"),
     "ESP": ("MARÍA", "JOSÉ", "LUCÍA", "JAVIER", "CARMEN", "PABLO", "ELENA", "ANTONIO"),
+    "HRV": ("IVAN", "ANA", "MARKO", "PETRA", "LUKA", "MAJA", "JOSIP", "IVANA"),
+    "CZE": ("JAN", "TEREZA", "JIŘÍ", "ELIŠKA", "PETR", "LUCIE", "TOMÁŠ", "KATEŘINA"),
 }
 PLACES = {"FRA": ("PARIS", "LYON", "NANTES"), "DEU": ("BERLIN", "KÖLN", "MÜNCHEN"),
           "NLD": ("UTRECHT", "DELFT", "LEIDEN"), "ITA": ("ROMA", "TORINO", "BARI"),
-          "ESP": ("MADRID", "SEVILLA", "BILBAO")}
+          "ESP": ("MADRID", "SEVILLA", "BILBAO"), "HRV": ("ZAGREB", "SPLIT", "RIJEKA"),
+          "CZE": ("PRAHA", "BRNO", "OSTRAVA")}
 
 
 @dataclass(frozen=True)
@@ -89,11 +95,13 @@ def _number(rng: random.Random, state: str) -> str:
             + "".join(rng.choice(_LETTERS + "0123456789") for _ in range(6)) + digit
     if state == "ITA":
         return "C" + rng.choice(_LETTERS) + f"{rng.randrange(100000):05d}" + rng.choice(_LETTERS) + rng.choice(_LETTERS)
+    if state in ("HRV", "CZE"):
+        return f"{rng.randrange(10**9):09d}"
     return "".join(rng.choice(_LETTERS) for _ in range(3)) + f"{rng.randrange(1_000_000):06d}"
 
 
 def random_national_person(rng: random.Random, state: str, today: dt.date = dt.date(2026, 1, 1)) -> NationalPerson:
-    """A random holder of a card of `state` (FRA, DEU, NLD, ITA, ESP), valid 10 years from its issue."""
+    """A random holder of a card of `state` (FRA, DEU, NLD, ITA, ESP, HRV, CZE), valid 10 years from its issue."""
     given = tuple(rng.sample(GIVEN[state], rng.choice((1, 1, 2))))
     expiry = random_date(rng, today + dt.timedelta(days=60), add_years(today, 10))
     personal = {"ESP": dni_number(rng), "NLD": f"{rng.randrange(10**8, 10**9)}"}.get(state,
@@ -110,6 +118,10 @@ def _dotted(d: dt.date) -> str:
 
 def _spaced(d: dt.date) -> str:
     return f"{d.day:02d} {d.month:02d} {d.year}"
+
+
+def _croatian(d: dt.date) -> str:
+    return f"{d.day:02d}. {d.month:02d}. {d.year}."
 
 
 def _dutch(d: dt.date) -> str:
@@ -235,6 +247,139 @@ def es_front(p: NationalPerson, variant: int = 0) -> Rendered:
     _beside(c, x, 320, "NUM SOPORT", p.number)
     _below(c, x, 370, "VÁLIDO HASTA", _spaced(p.expiry))
     return _done(c, p, "es_front")
+
+
+def hr_front(p: NationalPerson, variant: int = 0) -> Rendered:
+    """Osobna iskaznica (2021): Croatian/English labels, the surname over the given names ("Ime/Name"), the
+    document number top right under its label, dates as "DD. MM. YYYY."."""
+    c = _card((240, 244, 248), (180, 200, 226), variant + 6)
+    c.text((30, 16), "REPUBLIKA HRVATSKA / REPUBLIC OF CROATIA", "sans_bold", 20, (30, 40, 110))
+    c.text((30, 44), "OSOBNA ISKAZNICA / IDENTITY CARD", "sans", 17, (30, 40, 110))
+    _below(c, 600, 78, "Broj osobne iskaznice / Document No.", p.number, vsize=24, lsize=13)
+    _photo_box(c, (30, 96, 210, 336))
+    x = 240
+    _below(c, x, 130, "Prezime / Surname", p.surname)
+    _below(c, x, 190, "Ime / Name", " ".join(p.given_names))
+    _below(c, x, 250, "Spol / Sex", "Ž/F" if p.sex == "F" else "M/M")
+    _below(c, x + 150, 250, "Državljanstvo / Nationality", "HRV")
+    _below(c, x, 310, "Datum rođenja / Date of birth", _croatian(p.birth))
+    _below(c, x, 370, "Datum isteka / Date of expiry", _croatian(p.expiry))
+    return _done(c, p, "hr_front")
+
+
+def cz_front(p: NationalPerson, variant: int = 0) -> Rendered:
+    """Občanský průkaz (2021): Czech/English labels, the document number under "Číslo dokladu/Document No.",
+    the expiry under "Platnost do/Date of expiry"."""
+    c = _card((246, 244, 240), (200, 210, 228), variant + 7)
+    c.text((30, 16), "ČESKÁ REPUBLIKA / CZECH REPUBLIC", "sans_bold", 21, (30, 50, 100))
+    c.text((30, 46), "OBČANSKÝ PRŮKAZ / IDENTITY CARD", "sans", 17, (30, 50, 100))
+    _photo_box(c, (30, 90, 210, 330))
+    x = 240
+    _below(c, x, 86, "Příjmení / Surname", p.surname)
+    _below(c, x, 146, "Jméno / Given names", " ".join(p.given_names))
+    _below(c, x, 206, "Pohlaví / Sex", "Ž/F" if p.sex == "F" else "M/M")
+    _below(c, x + 150, 206, "Státní občanství / Nationality", "CZE")
+    _below(c, x, 266, "Datum narození / Date of birth", _dotted(p.birth))
+    _below(c, x, 326, "Číslo dokladu / Document No.", p.number)
+    _below(c, x + 300, 326, "Platnost do / Date of expiry", _dotted(p.expiry))
+    _below(c, x, 386, "Místo narození / Place of birth", p.place)
+    return _done(c, p, "cz_front")
+
+
+_US_SURNAMES = ("JOHNSON", "GARCIA", "MILLER", "DAVIS", "RODRIGUEZ", "WILSON", "ANDERSON", "THOMPSON")
+_US_GIVEN = ("MICHAEL", "JESSICA", "ROBERT", "ASHLEY", "DAVID", "JENNIFER", "JOHN", "AMANDA")
+_US_STATES = ("NEW YORK, U.S.A.", "TEXAS, U.S.A.", "OHIO, U.S.A.", "CALIFORNIA, U.S.A.")
+
+
+def random_us_card_holder(rng: random.Random, today: dt.date = dt.date(2026, 1, 1)) -> NationalPerson:
+    """A US passport card holder: a 10-year card numbered "C" and 8 digits."""
+    given = tuple(rng.sample(_US_GIVEN, rng.choice((1, 2))))
+    expiry = random_date(rng, today + dt.timedelta(days=60), add_years(today, 10))
+    return NationalPerson("USA", rng.choice(_US_SURNAMES), given, rng.choice("MF"),
+                          random_date(rng, dt.date(1950, 1, 1), dt.date(2005, 12, 31)),
+                          add_years(expiry, -10) + dt.timedelta(days=1), expiry, f"C{rng.randrange(10**8):08d}",
+                          rng.choice(_US_STATES))
+
+
+def _us_date(d: dt.date) -> str:
+    return f"{d.day:02d} {_EN_MONTHS[d.month - 1]} {d.year}"
+
+
+def us_passport_card(p: NationalPerson, variant: int = 0) -> Rendered:
+    """The US passport card: "PASSPORT CARD" under the country, English labels, dates as "05 MAY 2029", the card
+    number under "Passport Card no." top right."""
+    c = _card((238, 244, 250), (170, 196, 224), variant + 9)
+    c.text((240, 14), "THE UNITED STATES OF AMERICA", "sans_bold", 22, (20, 40, 100))
+    c.text((240, 44), "PASSPORT CARD", "sans_bold", 20, (150, 30, 40))
+    _below(c, 620, 78, "Passport Card no.", p.number, vsize=24, lsize=14)
+    _photo_box(c, (30, 90, 210, 330))
+    x = 240
+    _below(c, x, 130, "Surname", p.surname)
+    _below(c, x, 190, "Given Names", " ".join(p.given_names))
+    _below(c, x, 250, "Nationality", "USA")
+    _below(c, x + 200, 250, "Sex", p.sex)
+    _below(c, x, 310, "Date of Birth", _us_date(p.birth))
+    _below(c, x + 260, 310, "Place of Birth", p.place)
+    _below(c, x, 370, "Issues On", _us_date(p.issued))
+    _below(c, x + 260, 370, "Expires On", _us_date(p.expiry))
+    return _done(c, p, "us_passport_card")
+
+
+_UK_SURNAMES = ("MORGAN", "JONES", "TAYLOR", "O'BRIEN", "WILLIAMS", "DAVIES", "EVANS", "LEE", "PATEL", "SMITH-HUGHES")
+_UK_GIVEN = ("SARAH", "JAMES", "OLIVIA", "THOMAS", "EMILY", "HARRY", "CHLOE", "DANIEL", "GRACE", "OWEN")
+_UK_TOWNS = (("EDINBURGH", "EH1 9GP"), ("CARDIFF", "CF10 1AA"), ("LEEDS", "LS1 4AP"), ("BRISTOL", "BS1 5TR"))
+
+
+def uk_licence_number(surname: str, given: tuple[str, ...], birth: dt.date, sex: str, rng: random.Random) -> str:
+    """A DVLA licence number: the surname's first five letters (9-padded), the birth date (decade digit, month,
+    plus 50 for a woman, day, year digit), the first two initials (9 for none), a digit (usually 9) and two
+    check characters (random here: their algorithm is not published)."""
+    letters = "".join(c for c in surname if c.isalpha())[:5].ljust(5, "9")
+    initials = "".join(name[0] for name in given)[:2].ljust(2, "9")
+    month = birth.month + (50 if sex == "F" else 0)
+    return (f"{letters}{birth.year // 10 % 10}{month:02d}{birth.day:02d}{birth.year % 10}{initials}"
+            f"{rng.choice('9999998')}{rng.choice(_LETTERS)}{rng.choice(_LETTERS)}")
+
+
+def random_uk_licence_holder(rng: random.Random, today: dt.date = dt.date(2026, 1, 1)) -> NationalPerson:
+    """A UK photocard licence holder: one or two given names, a 10-year card, the DVLA number, the town."""
+    given = tuple(rng.sample(_UK_GIVEN, rng.choice((1, 2, 2))))
+    surname, sex = rng.choice(_UK_SURNAMES), rng.choice("MF")
+    birth = random_date(rng, dt.date(1950, 1, 1), dt.date(2005, 12, 31))
+    expiry = random_date(rng, today + dt.timedelta(days=60), add_years(today, 10))
+    town = rng.choice(_UK_TOWNS)
+    return NationalPerson("GBR", surname, given, sex, birth, add_years(expiry, -10) + dt.timedelta(days=1), expiry,
+                          uk_licence_number(surname, given, birth, sex, rng), f"{town[0]} {town[1]}",
+                          f"{rng.randrange(1, 99):02d}")
+
+
+def uk_licence_front(p: NationalPerson, variant: int = 0) -> Rendered:
+    """The UK photocard driving licence: numbered fields, not labels (1. surname, 2. given names, 3. birth date
+    and place, 4a. issue date, 4c. authority, 4b. expiry, 5. the number and its issue number, 8. address, 9.
+    categories), each field number small before its value."""
+    c = _card((246, 228, 232), (230, 180, 196), variant + 8)
+    c.draw.rectangle((28, 18, 98, 70), fill=(30, 50, 130))
+    c.text((44, 30), "UK", "sans_bold", 26, (240, 240, 240))
+    c.text((230, 14), "DRIVING LICENCE", "sans_bold", 32, (40, 40, 60))
+    c.text((560, 26), "UNITED KINGDOM", "sans", 18, (40, 40, 60))
+    _photo_box(c, (30, 96, 210, 336))
+    x, gap = 240, 50
+
+    def numbered(y: int, number: str, value: str, dx: int = 0) -> None:
+        end = c.text((x + dx, y + 7), number, "sans", 15, _LABEL)
+        c.text((end + 10, y), value, "sans_bold", 23, _VALUE)
+
+    numbered(90, "1.", p.surname)
+    numbered(90 + gap, "2.", " ".join(p.given_names))
+    numbered(90 + 2 * gap, "3.", f"{_dotted(p.birth)} UNITED KINGDOM")
+    numbered(90 + 3 * gap, "4a.", _dotted(p.issued))
+    numbered(90 + 3 * gap, "4c.", "DVLA", dx=260)
+    numbered(90 + 4 * gap, "4b.", _dotted(p.expiry))
+    numbered(90 + 5 * gap, "5.", f"{p.number} {p.personal}")
+    numbered(90 + 6 * gap, "8.", f"14 HIGH STREET {p.place}")
+    c.text((30, 490), "9. AM/A/B1/B/f/k/l/n/p/q", "sans", 18, _LABEL)
+    return Rendered(c.img, "driving_licence", p.full_name, p.number, p.expiry.isoformat(), "landscape",
+                    texts=c.texts, kind="uk_licence_front")
 
 
 # Nationalities of permanent residents: ISO 3166-1 alpha-3, numeric (the 2023 number's digits 4-6), names.
@@ -378,6 +523,10 @@ NATIONAL_FRONTS: dict[str, tuple[Holder, Renderer]] = {
     "nl_front": (partial(random_national_person, state="NLD"), nl_front),
     "it_front": (partial(random_national_person, state="ITA"), it_front),
     "es_front": (partial(random_national_person, state="ESP"), es_front),
+    "hr_front": (partial(random_national_person, state="HRV"), hr_front),
+    "cz_front": (partial(random_national_person, state="CZE"), cz_front),
+    "uk_licence_front": (random_uk_licence_holder, uk_licence_front),
+    "us_passport_card": (random_us_card_holder, us_passport_card),
     "cn_pr_front": (random_pr_person, cn_pr_front),
     "fr_cni_1988": (random_fr_1988_person, fr_cni_1988),
 }

@@ -118,7 +118,8 @@ def parse_cjk_date(text: str) -> date | None:
     return make_date(*map(int, m.groups())) if m else None
 
 
-_DMY = re.compile(r"(?<!\d)(\d{2})[.\-/ ](\d{2})[.\-/ ]?(\d{4})(?!\d)")
+# "DD. MM. YYYY." (a dot and a space, as Croatian documents print dates) separates like a dot alone
+_DMY = re.compile(r"(?<!\d)(\d{2})(?:\. |[.\-/ ])(\d{2})(?:\. |[.\-/ ])?(\d{4})(?!\d)")
 _YMD_ISO = re.compile(r"(?<!\d)(\d{4})[.\-/](\d{2})[.\-/](\d{2})(?!\d)")
 _MONTHS = {m: i + 1 for i, m in enumerate(
     ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"])}
@@ -129,9 +130,10 @@ _MONTH_LETTERS = str.maketrans("058", "OSB")
 
 
 def parse_printed_dates(text: str, *, today: date) -> list[date]:
-    """Every date printed in a visual-zone line: `DD.MM.YYYY`, `DD-MM-YYYY`, `DD MM YYYY`, `YYYY-MM-DD`,
-    `15 APR/AVR 12`, `20MAR2006`, `12 0CT 2031` (a digit read for a month's letter). Two-digit years use the
-    expiry window (the visual zone is consulted for expiry). Impossible dates are dropped, not repaired.
+    """Every date printed in a visual-zone line: `DD.MM.YYYY`, `DD. MM. YYYY.`, `DD-MM-YYYY`, `DD MM YYYY`,
+    `YYYY-MM-DD`, `15 APR/AVR 12`, `20MAR2006`, `12 0CT 2031` (a digit read for a month's letter). Two-digit
+    years use the expiry window (the visual zone is consulted for expiry). Impossible dates are dropped, not
+    repaired.
     """
     upper = unicodedata.normalize("NFKC", text).upper()
     found: list[date] = []

@@ -1,9 +1,9 @@
 """Fronts of national identity cards that carry no machine-readable zone on that side (the zone is on the
 back, or, on the Albanian card, nowhere): the French card of 2021, the German Personalausweis, the Dutch identity
-card, the Italian CIE, the Spanish DNI and the Albanian card. Each issuer is recognised by its title words and
-read by its labels (`printed_zone`); what this module adds is what is known of each issuer: where its document
-number stands (labelled or not) and the shape that number must have, so a box of another shape is never stored
-as the number.
+card, the Italian CIE, the Spanish DNI, the Albanian, Croatian and Czech cards. Each issuer is recognised by its
+title words and read by its labels (`printed_zone`); what this module adds is what is known of each issuer: where
+its document number stands (labelled or not) and the shape that number must have, so a box of another shape is
+never stored as the number.
 
 Shapes (upper case, no spaces):
 - FRA (2021 model): 9 letters and digits;
@@ -15,11 +15,16 @@ Shapes (upper case, no spaces):
 - ESP: the support number (3 letters + 6 digits, "NUM SOPORT"), the one the back's zone carries as the
   document number;
 - ALB (identity card, "letërnjoftim"): the 9-digit card number ("nr. letërnjoftim/card no."), not the personal
-  number of 10 letters and digits printed beside it.
+  number of 10 letters and digits printed beside it;
+- HRV (osobna iskaznica, 2021 model): the 9-digit document number ("Broj osobne iskaznice/Document No.");
+- CZE (občanský průkaz, 2021 model): the 9-digit document number ("Číslo dokladu/Document No.").
+  Both print digits only, so an O or I read there is a 0 or 1;
+- USA (passport card, whose zone is on the back): "C" and 8 digits ("Passport Card no.").
 
 As a registered format (`FORMAT`): the front of a national identity card whose zone is on the back (FR 2021, DE, NL,
-IT, ES) or that has none (ALB): recognised by its issuer's title words and at least one name label, read by label
-(surname and given names together, the number in its issuer's shape, the expiry a real date). No check digit
+IT, ES, HR, CZ, the US passport card) or that has none (ALB): recognised by its issuer's title words and at least
+one name label, read by label (surname and given names together, the number in its issuer's shape, the expiry a
+real date). No check digit
 vouches for these values; what a reading has is `ISSUER_FRONT_CHECK`: the issuer's own layout was recognised and
 its number has the issuer's shape. Its evidence class, `printed.issuer_front`, is calibrated on generated fronts
 of these issuers (the Albanian one on the MIDV-2020 template, `synth.render_template`); a page no issuer's title
@@ -75,6 +80,11 @@ ISSUERS: tuple[Issuer, ...] = (
            re.compile(r"[A-Z]{3}\d{6}")),
     Issuer("ALB", re.compile(r"\bREPUBLIKA E SHQIPERISE\b|\bLETERNJOFTIM\b|\bREPUBLIC OF ALBANIA\b"),
            re.compile(r"\d{9}")),
+    Issuer("HRV", re.compile(r"\bREPUBLIKA HRVATSKA\b|\bOSOBNA ISKAZNICA\b|\bREPUBLIC OF CROATIA\b"),
+           re.compile(r"\d{9}"), look_alikes="O0I1"),
+    Issuer("CZE", re.compile(r"\bCESKA REPUBLIKA\b|\bOBCANSKY PRUKAZ\b|\bCZECH REPUBLIC\b"),
+           re.compile(r"\d{9}"), look_alikes="O0I1"),
+    Issuer("USA", re.compile(r"\bPASSPORT CARD\b"), re.compile(r"C\d{8}"), look_alikes="O0I1"),
 )
 
 # Any of the issuers' document numbers (the format's `number_shape`); each issuer's own is checked as well.

@@ -20,15 +20,17 @@ from pipeline.formats.values import clean_name, clean_number
 
 _LABELS: dict[str, tuple[str, ...]] = {
     "surname": ("surname", "primary identifier", "apellidos", "nom", "mbiemri", "soyadi", "nazwisko", "cognome",
-                "naam"),
+                "naam", "prezime", "prijmeni"),
     "given": ("given names", "given name", "secondary identifier", "prenoms", "nombres", "emri", "vorname",
-              "given name patronymic", "given names patronymic", "vornamen", "voornamen", "nome", "nombre"),
+              "given name patronymic", "given names patronymic", "vornamen", "voornamen", "nome", "nombre",
+              "ime", "jmeno"),
     "name": ("name", "name surname given names"),
     "number": ("passport no", "document no", "passport number", "card no", "no of document", "numero",
-               "n du document", "documentnummer", "document number", "num soport", "num soporte"),
+               "n du document", "documentnummer", "document number", "num soport", "num soporte",
+               "broj osobne iskaznice", "cislo dokladu"),
     "expiry": ("date of expiry", "expiry", "valid until", "expiration date", "date d expiration",
                "fecha de caducidad", "gultig bis", "date of expiration", "expiry date", "date d expir",
-               "geldig tot", "valido hasta", "scadenza"),
+               "geldig tot", "valido hasta", "scadenza", "datum isteka", "platnost do", "expires on"),
     "personal": ("personal no", "personal number", "nr personal", "personal id no", "persoonsnummer"),
 }
 

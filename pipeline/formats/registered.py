@@ -19,6 +19,7 @@ from pipeline.formats import (
     driving_licence,
     french_id,
     icao,
+    licence_front,
     national_front,
     printed,
 )
@@ -30,6 +31,7 @@ FORMATS = Registry([
     driving_licence.FORMAT,
     cn_permanent_residence.FORMAT,
     cn_id.FORMAT,
+    licence_front.FORMAT,
     national_front.FORMAT,
     printed.FORMAT,
 ])

@@ -1,6 +1,7 @@
 """Card fronts without a zone on their side (`synth.render_national`), read end to end by the real OCR models:
-the French card of 2021 and the German Personalausweis give the name (surname and given names) and the expiry
-date, and the number in the issuer's shape or none, below the auto-accept threshold (no check vouches for them)."""
+the French card of 2021, the German Personalausweis, the Croatian and the Czech cards and the US passport card give
+the name (surname and given names) and the expiry date, and the number in the issuer's shape or none, below the
+auto-accept threshold (no check vouches for them); the UK driving licence gives its numbered fields."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from synth.render_national import render_national
 TODAY = date(2026, 12, 4)
 
 
-@pytest.mark.parametrize("kind", ["fr_front", "de_front"])
+@pytest.mark.parametrize("kind", ["fr_front", "de_front", "hr_front", "cz_front", "us_passport_card"])
 def test_a_card_front_is_read_by_its_labels(kind: str) -> None:
     rendered, _ = render_national(kind, random.Random(f"integration:{kind}"))
     reading, _ = read_page(np.asarray(rendered.image.convert("RGB")), TODAY, try_flipped=False)
@@ -29,6 +30,17 @@ def test_a_card_front_is_read_by_its_labels(kind: str) -> None:
     if reading.fields["id_number"] is None:
         assert reading.states["id_number"].state == "unreadable"
     assert all(state.confidence < 0.95 for state in reading.states.values())
+
+
+def test_a_uk_licence_front_is_read_by_its_field_numbers_and_its_number_agrees_with_them() -> None:
+    # no labels: fields 1 and 2 give the name, 4b the expiry, 5 the number without the issue number after it,
+    # which spells the surname, the initials and the birth date of field 3
+    rendered, _ = render_national("uk_licence_front", random.Random("integration:uk_licence_front"))
+    reading, _ = read_page(np.asarray(rendered.image.convert("RGB")), TODAY, try_flipped=False)
+    assert (reading.format, reading.doc_type) == ("licence_front", "driving_licence")
+    assert reading.fields == {"name": rendered.name, "id_number": rendered.id_number,
+                              "expiry_date": rendered.expiry_date}
+    assert "printed.issuer_front" in reading.checks
 
 
 def test_a_permanent_resident_card_front_is_read_with_its_checked_number() -> None:

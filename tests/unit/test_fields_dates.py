@@ -20,6 +20,7 @@ TODAY = date(2026, 6, 1)
     ("20MAR2006", [date(2006, 3, 20)]),
     ("14.08.1994", [date(1994, 8, 14)]),
     ("2019.06.01", [date(2019, 6, 1)]),
+    ("02. 08. 2031.", [date(2031, 8, 2)]),   # a dot and a space (Croatian documents)
     ("12 081 2031", []),                     # one letter is not a month
     ("31 FEB 2030", []),                     # impossible dates are dropped, not repaired
 ])

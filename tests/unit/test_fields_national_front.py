@@ -71,6 +71,31 @@ def es_front(support: str = "BAA000589") -> list[OcrLine]:
             *beside("NUM SOPORT", support, 240, 320), *below("VÁLIDO HASTA", "01 01 2031", 240, 370)]
 
 
+def hr_front(number: str = "112233445") -> list[OcrLine]:
+    return [box("REPUBLIKA HRVATSKA / REPUBLIC OF CROATIA", 30, 16),
+            box("OSOBNA ISKAZNICA / IDENTITY CARD", 30, 44, 16),
+            *below("Broj osobne iskaznice / Document No.", number, 600, 78),
+            *below("Prezime / Surname", "HORVAT", 240, 130),
+            *below("Ime / Name", "IVANA", 240, 190), *below("Spol / Sex", "Ž/F", 240, 250),
+            *below("Datum rođenja / Date of birth", "01. 01. 1990.", 240, 310),
+            *below("Datum isteka / Date of expiry", "02. 08. 2031.", 240, 370)]
+
+
+def cz_front(number: str = "000123456") -> list[OcrLine]:
+    return [box("ČESKÁ REPUBLIKA / CZECH REPUBLIC", 30, 16), box("OBČANSKÝ PRŮKAZ / IDENTITY CARD", 30, 46, 16),
+            *below("Příjmení / Surname", "NOVÁKOVÁ", 240, 86), *below("Jméno / Given names", "JANA", 240, 146),
+            *below("Datum narození / Date of birth", "03.04.1985", 240, 266),
+            *below("Číslo dokladu / Document No.", number, 240, 326),
+            *below("Platnost do / Date of expiry", "17.09.2030", 540, 326)]
+
+
+def us_passport_card(number: str = "C03005988") -> list[OcrLine]:
+    return [box("THE UNITED STATES OF AMERICA", 240, 14), box("PASSPORT CARD", 240, 44),
+            *below("Passport Card no.", number, 620, 78), *below("Surname", "TRAVELER", 240, 130),
+            *below("Given Names", "HAPPY", 240, 190), *below("Date of Birth", "01 JAN 1981", 240, 310),
+            *below("Issues On", "30 JUN 2009", 240, 370), *below("Expires On", "29 JUN 2029", 500, 370)]
+
+
 def test_each_front_is_read_by_label_with_its_issuers_number_and_a_real_expiry_date() -> None:
     expected = {
         "fr": (fr_2021(), {"name": "DUBOIS Maëlys-Gaëlle Marie", "id_number": "X4RTBPFW4", "expiry_date": "2031-02-11"}),
@@ -80,6 +105,11 @@ def test_each_front_is_read_by_label_with_its_issuers_number_and_a_real_expiry_d
         "it": (it_front(), {"name": "ROSSI BIANCA", "id_number": "CA00000AA", "expiry_date": "2032-08-01"}),
         "es": (es_front(), {"name": "ESPAÑOLA ESPAÑOLA CARMEN", "id_number": "BAA000589",
                             "expiry_date": "2031-01-01"}),
+        # "Ime/Name" is the given name (Croatian "ime"), dates as "DD. MM. YYYY."
+        "hr": (hr_front(), {"name": "HORVAT IVANA", "id_number": "112233445", "expiry_date": "2031-08-02"}),
+        "cz": (cz_front("0OO123456"), {"name": "NOVÁKOVÁ JANA", "id_number": "000123456",
+                                      "expiry_date": "2030-09-17"}),
+        "us": (us_passport_card(), {"name": "TRAVELER HAPPY", "id_number": "C03005988", "expiry_date": "2029-06-29"}),
     }
     for card, (lines, fields) in expected.items():
         reading = read_document(lines, TODAY)
@@ -92,15 +122,22 @@ def test_the_national_and_english_labels_name_their_fields() -> None:
                                        "Date d'expir. / Expiry date", "VORNAMEN/GIVEN NAMES", "GÜLTIG BIS",
                                        "NAAM/SURNAME", "GELDIG TOT/DATE OF EXPIRY", "DOCUMENTNUMMER",
                                        "COGNOME/SURNAME", "NOME/NAME", "SCADENZA/EXPIRY", "APELLIDOS", "NOMBRE",
-                                       "NUM SOPORT", "VÁLIDO HASTA")} == {
+                                       "NUM SOPORT", "VÁLIDO HASTA", "Prezime / Surname", "Ime / Name",
+                                       "Datum isteka", "Broj osobne iskaznice", "Příjmení", "Jméno",
+                                       "Číslo dokladu", "Platnost do", "Expires On")} == {
         "NOM / Surname": "surname", "Prénoms / Given names": "given", "N° du document / Document No": "number",
         "Date d'expir. / Expiry date": "expiry", "VORNAMEN/GIVEN NAMES": "given", "GÜLTIG BIS": "expiry",
         "NAAM/SURNAME": "surname", "GELDIG TOT/DATE OF EXPIRY": "expiry", "DOCUMENTNUMMER": "number",
         "COGNOME/SURNAME": "surname", "NOME/NAME": "given", "SCADENZA/EXPIRY": "expiry", "APELLIDOS": "surname",
-        "NOMBRE": "given", "NUM SOPORT": "number", "VÁLIDO HASTA": "expiry"}
+        "NOMBRE": "given", "NUM SOPORT": "number", "VÁLIDO HASTA": "expiry", "Prezime / Surname": "surname",
+        "Ime / Name": "given", "Datum isteka": "expiry", "Broj osobne iskaznice": "number", "Příjmení": "surname",
+        "Jméno": "given", "Číslo dokladu": "number", "Platnost do": "expiry", "Expires On": "expiry"}
     # labels of other fields, and the alternate name, are no name labels
     assert [label_kind(t) for t in ("Nom d'usage / Alternate name", "GEBURTSNAME/NAME AT BIRTH", "SEXE / Sex",
-                                    "LUOGO E DATA DI NASCITA", "DNI NUM")] == [None] * 5
+                                    "LUOGO E DATA DI NASCITA", "DNI NUM", "Datum rođenja / Date of birth",
+                                    "Datum narození / Date of birth")] == [None] * 7
+    # a full-name label alone stays one ("Ime" names the given name only beside its "Name")
+    assert [label_kind(t) for t in ("Name", "姓名/Name")] == ["name", "name"]
 
 
 def test_a_value_beside_its_label_is_taken_and_a_later_fields_value_under_it_is_not() -> None:

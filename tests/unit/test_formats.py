@@ -162,7 +162,7 @@ def test_a_resident_id_field_is_classed_by_its_checksum_even_beside_zone_checks(
 
 
 def test_only_a_resident_id_page_and_a_card_front_whose_zone_is_on_its_back_are_never_reread_for_an_mrz() -> None:
-    assert [f.name for f in FORMATS if not f.may_carry_mrz] == ["cn_id", "national_front"]
+    assert [f.name for f in FORMATS if not f.may_carry_mrz] == ["cn_id", "licence_front", "national_front"]
     assert [f.name for f in FORMATS if f.settled_by_zone] == ["icao_mrz"]
 
 
