@@ -41,6 +41,13 @@ US_TITLE = re.compile(r"\bDRIVER S? ?LICEN[CS]E\b|\bUSA\b")  # AAMVA cards: date
 _MDY = re.compile(r"(?<!\d)(\d{2})[/-](\d{2})[/-](\d{4})(?!\d)")
 UK_TITLE = re.compile(r"\bUNITED KINGDOM\b|\bUK\b|\bGREAT BRITAIN\b|\bDVLA\b|\bDVA\b")
 UK_NUMBER = re.compile(r"[A-Z9]{5}\d{6}[A-Z9]{2}\d[A-Z0-9]{2}")
+# What each of the number's 16 places holds (letter or 9 padding; digit; either), and the look-alikes a recogniser
+# reads there: a letter place takes 0 as O, 1 as I, 5 as S, 8 as B; a digit place the other way round. The
+# repaired number must still spell the printed fields (`uk_number_agrees`), so a repair cannot invent one.
+_UK_PLACES = "LLLLLDDDDDDLLDXX"
+_AS_LETTER = str.maketrans("0158", "OISB")
+_AS_DIGIT = str.maketrans("OISB", "0158")
+_TITLES = {"MR", "MRS", "MISS", "MS", "DR", "MX", "SIR", "LADY", "REV"}
 UK_NUMBER_CHECK = "dl.uk_number"  # failed: the number does not spell the printed surname, initials or birth date
 
 # A field number at the start of a box ("1.", "4b.", "4 b", "5 "), then a dot or a space (so a date's "11.03" or
@@ -98,10 +105,27 @@ def _box_right(label: OcrLine, lines: Sequence[OcrLine]) -> OcrLine | None:
     return min(right, key=lambda x: x.left) if right else None
 
 
+def uk_number_read(text: str) -> str:
+    """A UK number as printed, each place read as what it holds (`_UK_PLACES`): 'M0RGA' is MORGA, '7S3116' is
+    753116; a 9 padding a short surname stays a 9."""
+    if len(text) != len(_UK_PLACES):
+        return text
+    return "".join(c.translate(_AS_LETTER) if kind == "L" and c != "9" else c.translate(_AS_DIGIT)
+                   if kind == "D" else c for c, kind in zip(text, _UK_PLACES))
+
+
+def given_names(value: str) -> str:
+    """Field 2 without the title the UK licence prints before the given names ("MISS SARAH"): no name's part."""
+    words = value.split()
+    return " ".join(words[1:] if len(words) > 1 and fold(words[0]) in _TITLES else words)
+
+
 def uk_number_agrees(number: str, surname: str, given: str, birth: date | None) -> bool:
-    """Whether a UK licence number (16 characters) spells the surname's first five letters (9-padded), the
-    first two initials (9 for none) and, when known, the birth date (decade, month or month + 50, day, year)."""
+    """Whether a UK licence number (16 characters) spells the surname's first five letters (9-padded; a MAC
+    prefix as MC, as the DVLA writes it), the first two initials (9 for none) and, when known, the birth date
+    (decade, month or month + 50, day, year)."""
     letters = re.sub(r"[^A-Z]", "", fold(surname))
+    letters = "MC" + letters[3:] if letters.startswith("MAC") else letters
     initials = "".join(word[0] for word in fold(given).split())[:2]
     if number[:5] != letters[:5].ljust(5, "9") or number[11:13] != initials.ljust(2, "9"):
         return False
@@ -133,7 +157,7 @@ class LicenceFrontFormat(FormatDefaults):
         if surname is None or given is None:
             b.unreadable("name")
         else:
-            b.present("name", " ".join(clean_name(f"{surname[0]} {given[0].replace(',', ' ')}").split()),
+            b.present("name", " ".join(clean_name(f"{surname[0]} {given_names(given[0]).replace(',', ' ')}").split()),
                       min(surname[1], given[1]) * HEURISTIC)
         expiry = fields.get("4b")
         dates = found.dates(expiry[0], page.today) if expiry is not None else []
@@ -153,14 +177,14 @@ class LicenceFrontFormat(FormatDefaults):
         joined = clean_number(printed[0].upper())
         if not found.uk:
             return b.present("id_number", joined, printed[1] * HEURISTIC)
-        number, issue = joined[:16], joined[16:]  # the issue number printed after it is no part of it
+        number, issue = uk_number_read(joined[:16]), joined[16:]  # the issue number after it is no part of it
         if not UK_NUMBER.fullmatch(number) or not re.fullmatch(r"(\d\d)?", issue):
             b.failures.append("number.shape")
             return b.unreadable("id_number")
         surname, given = found.fields.get("1"), found.fields.get("2")
         birth_field = found.fields.get("3")
         births = parse_printed_dates(birth_field[0], today=page.today) if birth_field else []
-        if surname is None or given is None or not uk_number_agrees(number, surname[0], given[0],
+        if surname is None or given is None or not uk_number_agrees(number, surname[0], given_names(given[0]),
                                                                      births[0] if births else None):
             b.failures.append(UK_NUMBER_CHECK)
             return b.unreadable("id_number")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import date
 
 from pipeline.formats.document import OcrLine, read_document
-from pipeline.formats.licence_front import numbered_fields, uk_number_agrees
+from pipeline.formats.licence_front import numbered_fields, uk_number_agrees, uk_number_read
 from pipeline.trust.table import evidence_class
 
 TODAY = date(2026, 6, 1)
@@ -60,6 +60,15 @@ def test_the_uk_number_must_spell_the_printed_surname_initials_and_birth_date() 
         reading = read_document(damaged, TODAY)
         assert reading.fields["id_number"] is None and "dl.uk_number" in reading.check_failures
         assert "printed.issuer_front" not in reading.checks
+
+
+def test_a_uk_numbers_look_alikes_are_read_as_its_places_hold_and_the_title_is_no_name() -> None:
+    # 0 for O among the surname's letters, S for 5 among the birth date's digits: each place holds one kind
+    reading = read_document(uk_front(given="MISS SARAH MEREDYTH", number="M0RGA7S3116SM9IJ 35"), TODAY)
+    assert reading.fields["id_number"] == "MORGA753116SM9IJ" and reading.fields["name"] == "MORGAN SARAH MEREDYTH"
+    assert uk_number_read("LEE99606043E99YL") == "LEE99606043E99YL"  # the 9s padding a short surname stay 9s
+    # the DVLA writes a MAC prefix as MC
+    assert uk_number_agrees("MCDON753116SM9IJ", "MACDONALD", "SARAH MEREDYTH", date(1976, 3, 11))
 
 
 def test_a_uk_number_of_another_shape_is_unreadable_never_stored() -> None:
