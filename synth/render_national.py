@@ -21,7 +21,7 @@ from functools import partial
 
 from PIL import Image, ImageDraw
 
-from synth.identities import add_years, cn_check_char, mrz_check_digit, mrz_field, random_date
+from synth.identities import add_years, cn_check_char, mrz_check_digit, mrz_field, printed_date, random_date
 from synth.render import CARD_H, CARD_W, PAGE_H, PAGE_W, Rendered, _background, _Canvas, _photo_box, font
 
 _LABEL = (80, 80, 95)
@@ -301,10 +301,6 @@ def random_us_card_holder(rng: random.Random, today: dt.date = dt.date(2026, 1, 
                           rng.choice(_US_STATES))
 
 
-def _us_date(d: dt.date) -> str:
-    return f"{d.day:02d} {_EN_MONTHS[d.month - 1]} {d.year}"
-
-
 def us_passport_card(p: NationalPerson, variant: int = 0) -> Rendered:
     """The US passport card: "PASSPORT CARD" under the country, English labels, dates as "05 MAY 2029", the card
     number under "Passport Card no." top right."""
@@ -318,10 +314,10 @@ def us_passport_card(p: NationalPerson, variant: int = 0) -> Rendered:
     _below(c, x, 190, "Given Names", " ".join(p.given_names))
     _below(c, x, 250, "Nationality", "USA")
     _below(c, x + 200, 250, "Sex", p.sex)
-    _below(c, x, 310, "Date of Birth", _us_date(p.birth))
+    _below(c, x, 310, "Date of Birth", printed_date(p.birth))
     _below(c, x + 260, 310, "Place of Birth", p.place)
-    _below(c, x, 370, "Issues On", _us_date(p.issued))
-    _below(c, x + 260, 370, "Expires On", _us_date(p.expiry))
+    _below(c, x, 370, "Issues On", printed_date(p.issued))
+    _below(c, x + 260, 370, "Expires On", printed_date(p.expiry))
     return _done(c, p, "us_passport_card")
 
 
