@@ -3,9 +3,11 @@ carry no machine-readable zone: their fields are numbered, not labelled (1. surn
 and place, 4a. issue date, 4b. expiry, 4c. authority, 5. licence number).
 
 Recognised by a licence title in one of the model's languages and a field 1 or 2 read; the name is fields 1 and 2
-together (half a name is no name), the expiry field 4b's first real date, the number field 5. US licences (AAMVA)
-number their fields the same way but for the number, which is 4d (their 5 is the document discriminator), and
-may print a short label after the field number ("4d DLN", "1 LN"), which is no part of the value.
+together (half a name is no name; the title the UK prints before the given names is no part of it), the expiry
+field 4b's first real date, the number field 5 (4d is an optional personal number). US licences (AAMVA) number
+their fields the same way but for the number, which is 4d (their 5 is the document discriminator), print dates
+month first, and may print a short label after the field number ("4d DLN", "1 LN"), which is no part of the
+value.
 
 The UK licence (title "DRIVING LICENCE" with "UNITED KINGDOM" or "UK") is the one issuer whose number is decoded.
 Its 16 characters (DVLA) are the surname's first five letters (padded with 9), the birth date as decade digit,
@@ -15,8 +17,10 @@ each other: the number is stored only when its shape holds and it spells the pri
 the initials of the given names and, where field 3 was read, the birth date; then the reading carries
 `national_front.ISSUER_FRONT_CHECK` (the issuer's layout recognised, its number consistent), whose class is
 calibrated on generated fronts. A number that does not agree with the fields printed beside it is unreadable
-(`dl.uk_number`): one of them was misread, and nothing says which. Other issuers' numbers are read as printed,
-and their fields stay in the `printed` class, below the auto-accept threshold.
+(`dl.uk_number`): one of them was misread, and nothing says which. A look-alike in one of the number's places is
+read as what that place holds (0 as O among the surname's letters, S as 5 among the birth date's digits): the
+repaired number must still spell the printed fields. Other issuers' numbers are read as printed, and their fields
+stay in the `printed` class, below the auto-accept threshold.
 """
 
 from __future__ import annotations
@@ -157,8 +161,8 @@ class LicenceFrontFormat(FormatDefaults):
         if surname is None or given is None:
             b.unreadable("name")
         else:
-            b.present("name", " ".join(clean_name(f"{surname[0]} {given_names(given[0]).replace(',', ' ')}").split()),
-                      min(surname[1], given[1]) * HEURISTIC)
+            name = clean_name(f"{surname[0]} {given_names(given[0])}")
+            b.present("name", name, min(surname[1], given[1]) * HEURISTIC)
         expiry = fields.get("4b")
         dates = found.dates(expiry[0], page.today) if expiry is not None else []
         if expiry is not None and dates:
@@ -170,8 +174,9 @@ class LicenceFrontFormat(FormatDefaults):
 
     @staticmethod
     def _number(found: LicenceFront, page: Page, b: Builder) -> None:
-        # the number is field 5 on the EU model; US cards (AAMVA) print it as 4d and use 5 for another number
-        printed = found.fields.get("4d") or found.fields.get("5")
+        # the number is field 5 on the EU model (whose 4d is a personal number); US cards (AAMVA) print it as 4d
+        # and use 5 for another number
+        printed = found.fields.get("4d") if found.us else found.fields.get("5")
         if printed is None:
             return b.unreadable("id_number")
         joined = clean_number(printed[0].upper())

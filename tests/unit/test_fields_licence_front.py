@@ -80,7 +80,7 @@ def test_another_issuers_licence_front_is_read_but_stays_below_the_threshold_cla
     lines = [box("FÜHRERSCHEIN", 230, 14, 30), box("BUNDESREPUBLIK DEUTSCHLAND", 230, 50, 16),
              *numbered("1.", "MUSTERMANN", 90), *numbered("2.", "ERIKA", 140),
              *numbered("3.", "12.08.1964 BERLIN", 190), *numbered("4b.", "13.01.2033", 290),
-             *numbered("5.", "B072RRE2I55", 340)]
+             *numbered("4d.", "640812345", 320), *numbered("5.", "B072RRE2I55", 340)]  # 4d: a personal number
     reading = read_document(lines, TODAY)
     assert (reading.format, reading.doc_type) == ("licence_front", "driving_licence")
     assert reading.fields == {"name": "MUSTERMANN ERIKA", "id_number": "B072RRE2I55", "expiry_date": "2033-01-13"}
