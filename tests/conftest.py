@@ -8,6 +8,7 @@ marked with its folder's name, so `pytest -m unit` selects what `pytest tests/un
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,9 +22,15 @@ TIERS = ("unit", "integration", "realdata")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """With as many test workers as cores, each worker (and what it starts) runs on a core of its own: ONNX Runtime
+    """Ctrl-C (SIGINT) is heard again when the suite was started with it ignored (a background job of a script,
+    `cmd &`, starts so), since every process a test starts would inherit it ignored: a Prefect worker turns the
+    SIGTERM that stops it into a SIGINT to itself, and ignoring that, it waited out the whole stop grace (20 s).
+
+    With as many test workers as cores, each worker (and what it starts) runs on a core of its own: ONNX Runtime
     sizes its thread pool from the cores a process may use and its threads spin while they wait, so two workers
     each running a pool as wide as the machine slow each other down."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if worker is None or not hasattr(os, "sched_setaffinity"):
         return
