@@ -15,6 +15,7 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont
 from pipeline.datamodel import Extraction, FieldReading
 from pipeline.extract.ocr import backend, mrz_glyphs
 from pipeline.extract.ocr.mrz_reread import locate_rows_by_shape
+from pipeline.formats.national_mrz import names
 from pipeline.formats.zone import NAME_TWO_READERS_CHECK, zone_evidence
 from pipeline.trust.rules import DISAGREEMENT_CAP, DISAGREES
 from pipeline.trust.table import Calibration, shipped
@@ -105,7 +106,7 @@ def test_the_sample_passport_name_line_is_read_as_its_truth() -> None:
     boxes, width, first = found
     read = mrz_glyphs.read_row(pixels, mrz_glyphs._located_row(lines, boxes), width, mrz_glyphs.name_mask(width, 5))
     assert read is not None
-    assert mrz_glyphs._name_words(read.text[first:]) == truth["name"]
+    assert names(read.text[first:]) == truth["name"]
 
 
 def test_evidence_of_two_readers() -> None:

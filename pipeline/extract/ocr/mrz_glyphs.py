@@ -30,6 +30,7 @@ import numpy as np
 from pipeline.extract.ocr.mrz_reread import Row, locate_rows, refine, strip
 from pipeline.formats.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, zone_boxes_of
 from pipeline.formats.mrz import NAME_FILLERS_CHECK, TO_ALPHA, clean_ocr_line
+from pipeline.formats.national_mrz import names
 from pipeline.formats.zone import NAME_RESPELLED_CHECK, NAME_TWO_READERS_CHECK
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789<"
@@ -315,7 +316,7 @@ def name_agrees(pixels: np.ndarray, lines: Sequence[OcrLine], name: str) -> bool
     read = read_row(pixels, row, width, name_mask(width, first))
     if read is None:
         return None
-    return _name_words(read.text[first:]) == name
+    return names(read.text[first:]) == name
 
 
 _TWO_LINE_NAME_AT = 5  # a two-line zone's first line: document code (2), issuing state (3), then the name
@@ -380,8 +381,3 @@ def _located_row(lines: Sequence[OcrLine], boxes: Sequence[OcrLine]) -> Row | No
     middle = float(np.mean([x.middle for x in boxes]))
     row = min(located, key=lambda r: abs(r.cy - middle))
     return row if abs(row.cy - middle) < row.height else None
-
-
-def _name_words(field_text: str) -> str:
-    """A name field's words (surname, then given names) as the stored name writes them: space-separated."""
-    return " ".join(w for w in field_text.split("<") if w)
