@@ -49,8 +49,7 @@ UK_NUMBER = re.compile(r"[A-Z9]{5}\d{6}[A-Z9]{2}\d[A-Z0-9]{2}")
 # reads there: a letter place takes 0 as O, 1 as I, 5 as S, 8 as B; a digit place the other way round. The
 # repaired number must still spell the printed fields (`uk_number_agrees`), so a repair cannot invent one.
 _UK_PLACES = "LLLLLDDDDDDLLDXX"
-_AS_LETTER = str.maketrans("0158", "OISB")
-_AS_DIGIT = str.maketrans("OISB", "0158")
+_AS_PLACE_HOLDS = {"L": str.maketrans("0158", "OISB"), "D": str.maketrans("OISB", "0158"), "X": {}}
 _TITLES = {"MR", "MRS", "MISS", "MS", "DR", "MX", "SIR", "LADY", "REV"}
 UK_NUMBER_CHECK = "dl.uk_number"  # failed: the number does not spell the printed surname, initials or birth date
 
@@ -114,8 +113,7 @@ def uk_number_read(text: str) -> str:
     753116; a 9 padding a short surname stays a 9."""
     if len(text) != len(_UK_PLACES):
         return text
-    return "".join(c.translate(_AS_LETTER) if kind == "L" and c != "9" else c.translate(_AS_DIGIT)
-                   if kind == "D" else c for c, kind in zip(text, _UK_PLACES))
+    return "".join(c.translate(_AS_PLACE_HOLDS[kind]) for c, kind in zip(text, _UK_PLACES))
 
 
 def given_names(value: str) -> str:

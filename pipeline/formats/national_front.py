@@ -23,12 +23,12 @@ Shapes (upper case, no spaces):
 
 As a registered format (`FORMAT`): the front of a national identity card whose zone is on the back (FR 2021, DE, NL,
 IT, ES, HR, CZ, the US passport card) or that has none (ALB): recognised by its issuer's title words and at least
-one name label, read by label (surname and given names together, the number in its issuer's shape, the expiry a
-real date). No check digit
-vouches for these values; what a reading has is `ISSUER_FRONT_CHECK`: the issuer's own layout was recognised and
-its number has the issuer's shape. Its evidence class, `printed.issuer_front`, is calibrated on generated fronts
-of these issuers (the Albanian one on the MIDV-2020 template, `synth.render_template`); a page no issuer's title
-names is read by `printed`, whose class stays below the auto-accept threshold (a layout nobody has measured).
+one name label, read by label (surname and given names together, the number in its issuer's shape, the expiry a real
+date). No check digit vouches for these values; what a reading has is `ISSUER_FRONT_CHECK`: the issuer's own layout
+was recognised and its number has the issuer's shape. Its evidence class, `printed.issuer_front`, is calibrated on
+generated fronts of these issuers (the Albanian one on the MIDV-2020 template, `synth.render_template`); a page no
+issuer's title names is read by `printed`, whose class stays below the auto-accept threshold (a layout nobody has
+measured).
 
 Registered before `printed`, which would read the same page without the issuer's number shape.
 """
