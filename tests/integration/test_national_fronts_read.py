@@ -32,26 +32,22 @@ def test_a_card_front_is_read_by_its_labels(kind: str) -> None:
     assert all(state.confidence < 0.95 for state in reading.states.values())
 
 
-def test_a_uk_licence_front_is_read_by_its_field_numbers_and_its_number_agrees_with_them() -> None:
+@pytest.mark.parametrize(("kind", "fmt", "doc_type", "check"), [
     # no labels: fields 1 and 2 give the name, 4b the expiry, 5 the number without the issue number after it,
     # which spells the surname, the initials and the birth date of field 3
-    rendered, _ = render_national("uk_licence_front", random.Random("integration:uk_licence_front"))
-    reading, _ = read_page(np.asarray(rendered.image.convert("RGB")), TODAY, try_flipped=False)
-    assert (reading.format, reading.doc_type) == ("licence_front", "driving_licence")
-    assert reading.fields == {"name": rendered.name, "id_number": rendered.id_number,
-                              "expiry_date": rendered.expiry_date}
-    assert "printed.issuer_front" in reading.checks
-
-
-def test_a_permanent_resident_card_front_is_read_with_its_checked_number() -> None:
-    # The 2023 card has no zone: the Latin name after 姓名/Name (its comma dropped), the validity period's end,
+    ("uk_licence_front", "licence_front", "driving_licence", "printed.issuer_front"),
+    # the 2023 card has no zone: the Latin name after 姓名/Name (its comma dropped), the validity period's end,
     # and the 18-character number, stored only when its MOD 11-2 character and embedded birth date hold
-    rendered, _ = render_national("cn_pr_front", random.Random("integration:cn_pr_front"))
+    ("cn_pr_front", "cn_permanent_residence", "cn_permanent_residence", "cn_pr.checksum"),
+])
+def test_a_front_whose_number_its_own_fields_vouch_for_is_read_whole(kind: str, fmt: str, doc_type: str,
+                                                                      check: str) -> None:
+    rendered, _ = render_national(kind, random.Random(f"integration:{kind}"))
     reading, _ = read_page(np.asarray(rendered.image.convert("RGB")), TODAY, try_flipped=False)
-    assert (reading.format, reading.doc_type) == ("cn_permanent_residence", "cn_permanent_residence")
+    assert (reading.format, reading.doc_type) == (fmt, doc_type)
     assert reading.fields == {"name": rendered.name, "id_number": rendered.id_number,
                               "expiry_date": rendered.expiry_date}
-    assert "cn_pr.checksum" in reading.checks
+    assert check in reading.checks
 
 
 def test_both_sides_of_the_1988_french_card_give_an_expiry_its_issue_date_vouches_for() -> None:
