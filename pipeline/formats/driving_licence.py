@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Literal, Sequence
+from typing import Collection, Literal, Sequence
 
 from pipeline.formats.dates import parse_printed_dates, yymmdd
 from pipeline.formats.national_mrz import Check, Layout
@@ -159,7 +159,7 @@ class DrivingLicenceFormat(ZoneFormat):
     doc_types = ("driving_licence",)
     expiry_cross_checked = True
 
-    def find_zone(self, rows: list[str], today: date) -> ZoneFields | None:
+    def find_zone(self, rows: list[str], today: date, printed: Collection[str] = ()) -> ZoneFields | None:
         zone = find(rows, today)
         if zone is None:
             return None

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import date, timedelta
-from typing import Literal, Sequence
+from typing import Collection, Literal, Sequence
 
 from pipeline.formats.dates import make_date, parse_printed_dates, yymmdd
 from pipeline.formats.mrz import FRENCH_ID_PREFIX
@@ -148,7 +148,7 @@ class FrenchIdFormat(ZoneFormat):
     doc_types = ("id_card",)
     number_shape = re.compile(r"\d{4}[0-9A-Z]{3}\d{5}")  # issue YYMM, office, sequence
 
-    def find_zone(self, rows: list[str], today: date) -> ZoneFields | None:
+    def find_zone(self, rows: list[str], today: date, printed: Collection[str] = ()) -> ZoneFields | None:
         zone = find(rows, today)
         if zone is None:
             return None

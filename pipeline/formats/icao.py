@@ -8,6 +8,7 @@ labelled number there is no evidence against the zone's.
 from __future__ import annotations
 
 from datetime import date
+from typing import Collection
 
 from pipeline.formats import mrz
 from pipeline.formats.zone import ZoneFields, ZoneFormat
@@ -22,8 +23,8 @@ class IcaoFormat(ZoneFormat):
     expiry_check = "mrz.expiry"
     refuting_checks = {"mrz.number": "id_number", "mrz.expiry": "expiry_date"}
 
-    def find_zone(self, rows: list[str], today: date) -> ZoneFields | None:
-        zone = mrz.find(rows, today)
+    def find_zone(self, rows: list[str], today: date, printed: Collection[str] = ()) -> ZoneFields | None:
+        zone = mrz.find(rows, today, printed)
         if zone is None:
             return None
         return ZoneFields(doc_type=zone.doc_type, name=zone.name, number=zone.number, expiry_date=zone.expiry_date,

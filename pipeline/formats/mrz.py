@@ -594,15 +594,16 @@ def assemble_lines(segments: list[str], width: int) -> list[str]:
     return lines
 
 
-def find(lines: Sequence[str], today: date) -> MrzResult | None:
+def find(lines: Sequence[str], today: date, printed: Collection[str] = ()) -> MrzResult | None:
     """Locate and decode an MRZ among OCR text lines (reading order), repairing OCR damage.
 
     Handles lines split into fragments or joined together, fillers read as K/«/(/space, letter-digit
     confusions (by position class) and a missing name line (number and dates are still check-digit
     protected). Returns the reading with the most passing checks, or None when no candidate passes at
-    least two check digits — fewer could be chance.
+    least two check digits — fewer could be chance. `printed`: other text of the page, not zone lines (a VLM
+    answer's number), that may confirm a repaired document number as the page's own words do.
     """
-    page_tokens = frozenset(t for x in lines for t in re.split(r"[^0-9A-Z]+", x.upper()) if t)
+    page_tokens = frozenset(t for x in [*lines, *printed] for t in re.split(r"[^0-9A-Z]+", x.upper()) if t)
     best: MrzResult | None = None
     best_score = 0.0
     tried: list[list[str]] = []

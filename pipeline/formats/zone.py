@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import date
 from statistics import mean
-from typing import Sequence
+from typing import Collection, Sequence
 
 from rapidfuzz.distance import Levenshtein
 
@@ -124,7 +124,10 @@ class ZoneFormat(FormatDefaults):
     disagreements = {"cross.name_mrz_vs_viz": "name", NAME_RESPELLED_CHECK: "name", NAME_TWO_READERS_CHECK: "name",
                      "cross.number_mrz_vs_viz": "id_number", "cross.expiry_mrz_vs_viz": "expiry_date"}
 
-    def find_zone(self, rows: list[str], today: date) -> ZoneFields | None:
+    def find_zone(self, rows: list[str], today: date, printed: Collection[str] = ()) -> ZoneFields | None:
+        """The zone among `rows` (text lines in reading order). `printed`: words printed elsewhere on the page
+        that may confirm a repaired zone value (a VLM answer's number), looked up but never assembled into
+        zone lines."""
         raise NotImplementedError
 
     def find(self, page: Page) -> ZoneFields | None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import date
+
 from pipeline.datamodel import FieldReading
 from pipeline.extract.model.answer_evidence import VS_OCR, AnswerEvidence, judge, unproven, with_ocr_reading
 from pipeline.formats.cn_id import check_char
@@ -46,3 +48,24 @@ def test_a_field_that_already_disagrees_is_not_read_again() -> None:
     judged = judge(fields, AnswerEvidence(printed={"name": "王小朋", "id_number": None}), None)
     assert judged.classes["name"] == "name/disagrees"
     assert unproven(fields, judged) == ["expiry_date"]
+
+
+
+# A generated card's zone (all four check digits pass). Its data line and the 9-character number make a 45-character
+# line, one over a passport's: among the 45 ways to drop one character, one passes a passport line's personal-number
+# and final check digits by chance, so read as a passport it would out-score the card's own format.
+TD2 = ("I<UTOJANSEN<<OLIVER<ANNA<<<<<<<<<<<<", "AK20895620UTO9812220M2706030JR928892")
+
+
+def td2_answer(name: str) -> dict:
+    return {"doc_type": "id_card", "name": name, "id_number": "AK2089562", "expiry_date": "2027-06-03"}
+
+
+def test_a_td2_zone_is_judged_as_td2_though_its_line_and_the_number_would_fill_a_td3_line() -> None:
+    name = "JANSEN OLIVER ANNA"
+    right = judge(td2_answer(name), AnswerEvidence(mrz=TD2, printed={"name": name}), None, date(2026, 1, 1))
+    assert right.classes["name"] == "name/mrz.name_vs_printed_passed/nolp"
+    assert "mrz.personal" not in right.checks  # a passport line's check: the number was not read as zone text
+    misspelt = "JANSEN OLIVIER ANNA"  # the answer's name, not its zone's: the two readings disagree
+    misread = judge(td2_answer(misspelt), AnswerEvidence(mrz=TD2, printed={"name": misspelt}), None, date(2026, 1, 1))
+    assert misread.classes["name"] == "name/disagrees"
