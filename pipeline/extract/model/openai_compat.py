@@ -28,6 +28,7 @@ import random
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 import cv2
@@ -133,6 +134,19 @@ def make_client(settings: OpenAISettings) -> openai.AsyncOpenAI:
         timeout=openai.Timeout(settings.timeout_s, connect=min(10.0, settings.timeout_s)),
         http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False),
     )
+
+
+def completion_body(body: bytes) -> Any:
+    """A 200 answer's JSON body with its objects as attributes, as `answer_text`, `usage_tokens` and
+    `answer_tokens` read them; a body that is not JSON as its text (which `answer_text` refuses).
+
+    Why not the SDK's parsed `ChatCompletion`: building its models (one per log-probability token) cost ~0.7 ms
+    of the request path's 3.3 ms CPU an answer, on the event loop every request shares; the SDK still makes
+    the request, authenticates and classifies HTTP errors."""
+    try:
+        return json.loads(body, object_hook=lambda obj: SimpleNamespace(**obj))
+    except ValueError:  # not JSON, or not UTF-8
+        return body.decode("utf-8", "replace")
 
 
 def usage_tokens(response: Any) -> tuple[int, int]:
@@ -425,9 +439,10 @@ class OpenAICompatBackend:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.timeout_s):  # the SDK's timeout is per read, not per answer
-                response = await self._client.chat.completions.create(
+                raw = await self._client.chat.completions.with_raw_response.create(
                     model=self.model, messages=messages, temperature=0,  # type: ignore[arg-type]
                     max_tokens=self.settings.max_tokens, **extra)
+                response = completion_body(raw.http_response.content)
         except openai.OpenAIError as exc:
             error = classify(exc, base_url=self.endpoint, model=self.model, secret=self._secret,
                              url_setting=self.url_setting)
