@@ -229,9 +229,9 @@ def _reading(value: Any, scores: dict[str, float] | None, name: str) -> FieldRea
 
 def _zone(lines: Sequence[str], printed: list[str], today: date) -> tuple[ZoneFormat, ZoneFields] | None:
     """The answer's zone decoded by the zone format it checks best under (as the OCR path picks its zone).
-    `printed` (the answer's number) only confirms: the zone's lines are the model's whole lines, so a number
-    assembled onto one of them (a 36-character line and a 9-character number fit a 44-character line) would
-    only be tried and rejected at a cost of ~10 ms an answer."""
+    `printed` (the answer's number) only confirms, it is never assembled into a zone line: a card's 36-character
+    line and a 9-character number fill a passport's 44, and one of the 45 ways to drop a character of that can
+    pass the passport's two extra check digits by chance and out-score the card's own format."""
     zones = [(fmt, zone) for fmt in FORMATS if isinstance(fmt, ZoneFormat)
              and (zone := fmt.find_zone(list(lines), today, printed)) is not None]
     return max(zones, key=lambda hit: hit[0].zone_score(hit[1])) if zones else None
