@@ -6,6 +6,8 @@ the ratios.
     python bench/bench_vlm_client.py --rounds 2           # bare, idflow, bare, idflow (ratios per round)
     python bench/bench_vlm_client.py --pages 1000 --no-bare   # peak RSS of a 1,000-page run
     python bench/bench_vlm_client.py --crosscheck         # also idflow with the embedded second reading on
+    python bench/bench_vlm_client.py --no-bare --thread-cpu               # idflow's CPU by thread
+    python bench/bench_vlm_client.py --no-bare --thread-cpu --pages 2     # ... start-up and end of run alone
 
 The pages: the generated eval set's readable single-page JPEG and PNG scans (`tools/make_samples.py --set eval`,
 made once under --set-dir), copied to `--pages` files, every other one re-encoded as PNG (so half the pages are
@@ -220,16 +222,52 @@ def timeline(base_url: str) -> list[list[Any]]:
     return httpx.get(base_url.rstrip("/") + "/timeline").json()
 
 
-def run_child(argv: list[str], env: dict[str, str], log: Path) -> dict[str, float]:
-    """Spawn, wait, and take the child's own rusage (os.wait4)."""
+def run_child(argv: list[str], env: dict[str, str], log: Path, threads: bool = False) -> dict[str, Any]:
+    """Spawn, wait, and take the child's own rusage (os.wait4); with `threads`, also the CPU seconds of each of
+    its threads, by name (`thread_cpu`)."""
     started = time.monotonic()
+    seen: dict[str, tuple[str, float]] = {}
     with log.open("w") as out:
         child = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-        _, status, usage = os.wait4(child.pid, 0)
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG if threads else 0)
+            if pid:
+                break
+            seen.update(thread_cpu(child.pid))
+            time.sleep(0.05)
     ended = time.monotonic()
     code = os.waitstatus_to_exitcode(status)
+    by_name: dict[str, float] = {}
+    for name, cpu in seen.values():
+        by_name[name] = by_name.get(name, 0.0) + cpu
     return {"spawned": started, "ended": ended, "wall": ended - started, "exit": code,
-            "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024}
+            "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024, "threads": by_name}
+
+
+def thread_cpu(pid: int) -> dict[str, tuple[str, float]]:
+    """Thread id -> (name, CPU seconds so far) of a running process, from /proc (Linux); the main thread is named
+    "main", the others by the names `THREAD_NAMES` gives them at the OS level."""
+    ticks, found = os.sysconf("SC_CLK_TCK"), {}
+    for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        name = "main" if tid == str(pid) else stat[stat.index("(") + 1:stat.rindex(")")]
+        found[tid] = (name, (int(fields[11]) + int(fields[12])) / ticks)  # utime + stime
+    return found
+
+
+# Put before the child's PYTHONPATH (`--thread-cpu`): each Python thread gives the OS its name (15 characters), so
+# /proc tells the preparation threads from the event loop and Prefect's workers.
+THREAD_NAMES = """import ctypes, threading
+_libc, _inner = ctypes.CDLL(None), threading.Thread._bootstrap_inner
+def _named(self):
+    _libc.prctl(15, self.name[:15].encode(), 0, 0, 0)  # PR_SET_NAME
+    return _inner(self)
+threading.Thread._bootstrap_inner = _named
+"""
 
 
 def figures(ran: dict[str, float], requests: list[list[Any]], pages: int) -> dict[str, float]:
@@ -248,12 +286,15 @@ def line(label: str, f: dict[str, float]) -> str:
 
 
 def idflow_run(folder: Path, out: Path, base_url: str, concurrency: int, env: dict[str, str],
-               log: Path, crosscheck: bool = False) -> dict[str, float]:
+               log: Path, crosscheck: bool = False, threads: Path | None = None) -> dict[str, Any]:
+    """`threads`: a folder holding the THREAD_NAMES sitecustomize, to measure CPU by thread."""
     shutil.rmtree(out, ignore_errors=True)
     env = {**env, "IDFLOW_OPENAI_BASE_URL": base_url, "IDFLOW_OPENAI_API_KEY": KEY, "IDFLOW_OPENAI_MODEL": MODEL,
            "IDFLOW_OPENAI_CROSSCHECK": "true" if crosscheck else "false"}
-    ran = run_child([*PREFIX, sys.executable, "-m", "idflow", "run", str(folder), "--out", str(out), "--backend", "openai",
-                     "--concurrency", str(concurrency)], env, log)
+    if threads is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(threads), env.get("PYTHONPATH", "")])
+    ran = run_child([*PREFIX, sys.executable, "-m", "idflow", "run", str(folder), "--out", str(out),
+                     "--backend", "openai", "--concurrency", str(concurrency)], env, log, threads=threads is not None)
     if ran["exit"] not in (0, 1):
         sys.stderr.write(log.read_text()[-4000:])
         raise SystemExit(f"idflow run exited {ran['exit']:.0f}")
@@ -275,6 +316,8 @@ def main() -> None:
     parser.add_argument("--idflow-prefix", default="", help="words before `python -m idflow run`, e.g. "
                         "'py-spy record -f raw -o prof.txt --' (the rusage is then the profiler's)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the last idflow run's OUT here")
+    parser.add_argument("--thread-cpu", action="store_true",
+                        help="also print each idflow run's CPU by thread (Linux /proc; names given to the threads)")
     # child modes
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bare-loop", type=Path, default=None, help=argparse.SUPPRESS)
@@ -321,6 +364,9 @@ def measure(args: argparse.Namespace, folder: Path, warm: Path, base_url: str,
         env = {**os.environ, "PYTHONPATH": str(REPO), **{k: v for k, v in stack.env.items()
                                                           if k.startswith("PREFECT_")}}
         idflow_run(warm, scratch / "out-warm", base_url, args.concurrency, env, scratch / "warm.log")
+        named = scratch / "thread-names"
+        named.mkdir()
+        (named / "sitecustomize.py").write_text(THREAD_NAMES)
         bare_runs, idflow_runs, cross_runs = [], [], []
         for number in range(args.rounds):
             if not args.no_bare:
@@ -330,9 +376,12 @@ def measure(args: argparse.Namespace, folder: Path, warm: Path, base_url: str,
                     raise SystemExit((scratch / "bare.log").read_text()[-4000:])
                 bare_runs.append(figures(ran, timeline(base_url), args.pages))
                 print(line(f"bare loop #{number + 1}", bare_runs[-1]), flush=True)
-            ran = idflow_run(folder, scratch / "out", base_url, args.concurrency, env, scratch / "idflow.log")
+            ran = idflow_run(folder, scratch / "out", base_url, args.concurrency, env, scratch / "idflow.log",
+                             threads=named if args.thread_cpu else None)
             idflow_runs.append(figures(ran, timeline(base_url), args.pages))
             print(line(f"idflow run #{number + 1}", idflow_runs[-1]), flush=True)
+            if args.thread_cpu:
+                print(by_thread(ran["threads"], args.pages), flush=True)
             if args.crosscheck:
                 ran = idflow_run(folder, scratch / "out", base_url, args.concurrency, env,
                                  scratch / "cross.log", crosscheck=True)
@@ -342,6 +391,16 @@ def measure(args: argparse.Namespace, folder: Path, warm: Path, base_url: str,
             shutil.rmtree(args.keep, ignore_errors=True)
             shutil.copytree(scratch / "out", args.keep)
     return bare_runs, idflow_runs, cross_runs
+
+
+def by_thread(threads: dict[str, float], pages: int) -> str:
+    """The run's CPU by thread: the event loop (requests, judging, Prefect's task runs, Parquet, start-up and the
+    end-of-run page in the main thread), the preparation threads (a page each), the rest."""
+    prepare = sum(cpu for name, cpu in threads.items() if name.startswith("idflow-prepare"))
+    main = threads.get("main", 0.0)
+    rest = sum(threads.values()) - prepare - main
+    return (f"  CPU by thread: main thread (event loop, start-up, end of run) {main:.2f} s; preparation threads "
+            f"{prepare:.2f} s = {1000 * prepare / pages:.1f} ms a page; others {rest:.2f} s")
 
 
 def report(bare_runs: list[dict[str, float]], idflow_runs: list[dict[str, float]],
