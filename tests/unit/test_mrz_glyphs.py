@@ -271,3 +271,32 @@ def test_a_filler_the_recogniser_lost_or_read_as_a_letter_is_no_disagreement() -
     assert "ERIKSSON<ANNA" in damaged.text
     assert mrz_glyphs.name_agrees(page, lines, "ERIKSSON ANNA MARIA") is True
     assert mrz_glyphs.name_agrees(page, lines, "ERIKSSON ANNA MARIE") is False
+
+
+def glyph_read(field: str, unsure: dict[int, dict[str, float]] | None = None) -> mrz_glyphs.LineRead:
+    """A TD3 name line as the glyph reader would give it: sure of every cell but the `unsure` ones (position in
+    the field -> symbol -> probability; the rest of the cell goes to the symbol read)."""
+    text = "P<UTO" + field.ljust(39, "<")
+    cells = np.zeros((len(text), len(mrz_glyphs.ALPHABET)), np.float32)
+    for i, c in enumerate(text):
+        cells[i, mrz_glyphs.ALPHABET.index(c)] = 1.0
+    for i, others in (unsure or {}).items():
+        for symbol, p in others.items():
+            cells[5 + i, mrz_glyphs.ALPHABET.index(symbol)] = p
+        cells[5 + i, mrz_glyphs.ALPHABET.index(text[5 + i])] = 1.0 - sum(others.values())
+    return mrz_glyphs.LineRead(text, tuple(float(x) for x in cells.max(axis=1)), cells)
+
+
+def test_one_look_alike_cell_the_glyph_reader_is_unsure_of_is_no_disagreement() -> None:
+    # "HUGO" read "HLGO" with the U at 0.2: the stored name stands; a U at 0.01 is a letter read plainly otherwise
+    at = len("HOFFMANN<<H")
+    unsure = glyph_read("HOFFMANN<<HLGO<NOAH", {at: {"U": 0.2}})
+    assert mrz_glyphs.plausible_but_one(unsure, 5, "HOFFMANN HUGO NOAH")
+    assert not mrz_glyphs.plausible_but_one(glyph_read("HOFFMANN<<HLGO<NOAH", {at: {"U": 0.01}}), 5,
+                                            "HOFFMANN HUGO NOAH")
+    # two cells differing, or a letter inserted into the stored name, disagree however unsure the reader was
+    two = glyph_read("HOFFMANN<<HLGC<NOAH", {at: {"U": 0.3}, at + 2: {"O": 0.3}})
+    assert not mrz_glyphs.plausible_but_one(two, 5, "HOFFMANN HUGO NOAH")
+    assert not mrz_glyphs.plausible_but_one(glyph_read("KIM<<MIA"), 5, "KIM MIIA")
+    # the stored name has no `<<`: it is laid out with the split into surname and given names that fits best
+    assert mrz_glyphs.plausible_but_one(glyph_read("VAN<DER<BERG<<JQZEF", {15: {"O": 0.1}}), 5, "VAN DER BERG JOZEF")
