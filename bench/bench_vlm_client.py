@@ -245,8 +245,8 @@ def run_child(argv: list[str], env: dict[str, str], log: Path, threads: bool = F
 
 
 def thread_cpu(pid: int) -> dict[str, tuple[str, float]]:
-    """Thread id -> (name, CPU seconds so far) of a running process, from /proc (Linux); the main thread is named
-    "main", the others by the names `THREAD_NAMES` gives them at the OS level."""
+    """Thread (id and start time: an id may be reused) -> (name, CPU seconds so far) of a running process, from
+    /proc (Linux); the main thread is named "main", the others by the names `THREAD_NAMES` gives them."""
     ticks, found = os.sysconf("SC_CLK_TCK"), {}
     for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
         try:
@@ -255,7 +255,7 @@ def thread_cpu(pid: int) -> dict[str, tuple[str, float]]:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
         name = "main" if tid == str(pid) else stat[stat.index("(") + 1:stat.rindex(")")]
-        found[tid] = (name, (int(fields[11]) + int(fields[12])) / ticks)  # utime + stime
+        found[f"{tid}@{fields[19]}"] = (name, (int(fields[11]) + int(fields[12])) / ticks)  # utime + stime
     return found
 
 
