@@ -400,7 +400,7 @@ def print_held_back(data: dict, settings: Settings) -> None:
     for cls, row in data["per_evidence_class"].items():
         curve = scoring.curves.get(cls) if scoring is not None else None
         seen = sum(curve.counts) if curve else 0
-        best = max(curve.values) if curve else None
+        best = scoring.confidence(cls, 1.0) if curve else None  # the class's best, the rules on classes applied
         if scoring is not None and (best is None or best < at):
             short.append(cls)
         table.add_row(cls, str(row["fields"]), f"{row['right']}", str(row["passing"]),
@@ -409,7 +409,8 @@ def print_held_back(data: dict, settings: Settings) -> None:
                       f"{best:.3f}" if best is not None else ("unseen: capped" if scoring is not None else "—"))
     console.print(table)
     if short:
-        console.print(f"classes whose table never reaches {at:.2f} (too few observations, or wrong too often): "
+        console.print(f"classes whose table never reaches {at:.2f} (too few observations, wrong too often, or "
+                      "held below it by a rule): "
                       + ", ".join(short))
 
 

@@ -1,8 +1,8 @@
 """Train the MRZ glyph classifier (`pipeline/extract/ocr/mrz_glyphs.py`) on zone lines rendered here.
 
 Lines of random zone text are drawn in OCR-B (Debian `fonts-ocr-b`) and DejaVu Sans Mono (the generator's zone
-font), degraded as captures degrade them (scale, stroke weight, blur, noise, JPEG, contrast, a grey infrared-like
-background, a small tilt), and cut into cells by the reader's own code (`mrz_reread.refine`/`strip`,
+font), degraded as captures degrade them (scale down to 6 px capitals, stroke weight, camera shake, blur,
+underexposure, noise, JPEG, contrast, a grey infrared-like background, a small tilt), and cut into cells by the reader's own code (`mrz_reread.refine`/`strip`,
 `mrz_glyphs.line_cells`), so the classifier learns the cells exactly as it will see them. A line whose cells the
 segmentation did not place on the drawn characters is left out (it would teach wrong labels). The classifier is a
 two-layer perceptron trained with Adam in numpy; the seed makes the whole run deterministic.
@@ -101,7 +101,7 @@ def render(rng: np.random.Generator, font_path: str, text: str, text_px: float) 
     arr = cv2.warpAffine(arr, m, (w, h), flags=cv2.INTER_LINEAR, borderValue=bg)
     scale = 1.0 / ss
     small = cv2.resize(arr, (max(int(w * scale), 8), max(int(h * scale), 8)), interpolation=cv2.INTER_AREA)
-    small = _degrade(rng, small)
+    small = _degrade(rng, small, cap * scale)
     page = cv2.cvtColor(small, cv2.COLOR_GRAY2RGB)
     if rng.random() < 0.3:  # a tint: coloured background, ink dark in every channel
         tint = rng.uniform(0.75, 1.0, size=3)
@@ -124,10 +124,16 @@ def render(rng: np.random.Generator, font_path: str, text: str, text_px: float) 
     return Drawn(page, row, text, lefts, rad)
 
 
-def _degrade(rng: np.random.Generator, gray: np.ndarray) -> np.ndarray:
-    """Capture damage: an uneven background (infrared-like mottling, a light gradient), blur, noise, JPEG."""
+def _degrade(rng: np.random.Generator, gray: np.ndarray, cap: float) -> np.ndarray:
+    """Capture damage: an uneven background (infrared-like mottling, a light gradient), camera shake (a straight
+    smear a fifth to half a capital long, at any angle), blur, underexposure, noise, JPEG. `cap`: the capitals'
+    height in pixels."""
     h, w = gray.shape
     out = gray.astype(np.float32)
+    if rng.random() < 0.3:
+        out = cv2.filter2D(out, -1, _smear(float(rng.uniform(0.2, 0.5)) * cap, float(rng.uniform(0, 180))))
+    if rng.random() < 0.2:  # an underexposed phone photo: the print's contrast cut to a quarter or so
+        out *= rng.uniform(0.25, 0.45)
     if rng.random() < 0.5:
         gradient = np.linspace(rng.uniform(-40, 0), rng.uniform(0, 40), w)[None, :]
         out += gradient
@@ -144,6 +150,17 @@ def _degrade(rng: np.random.Generator, gray: np.ndarray) -> np.ndarray:
         Image.fromarray(out).save(buf, format="JPEG", quality=int(rng.integers(30, 95)))
         out = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("L"))
     return out
+
+
+def _smear(length: float, angle: float) -> np.ndarray:
+    """A straight motion-blur kernel `length` pixels long (at least 2) at `angle` degrees."""
+    size = max(int(math.ceil(length)) | 1, 3)
+    kernel = np.zeros((size, size), np.float32)
+    half = max(length, 2.0) / 2
+    kernel[size // 2, int(round(size / 2 - half)):int(round(size / 2 + half))] = 1.0
+    m = cv2.getRotationMatrix2D((size / 2 - 0.5, size / 2 - 0.5), angle, 1.0)
+    kernel = cv2.warpAffine(kernel, m, (size, size))
+    return kernel / max(float(kernel.sum()), 1e-6)
 
 
 def strip_x(row: Row, point: tuple[float, float]) -> float:
@@ -183,7 +200,7 @@ def dataset(seed: int, lines: int) -> tuple[np.ndarray, np.ndarray, int]:
     for k in range(lines):
         font = list(FONTS.values())[k % len(FONTS)]
         n = int(rng.choice(LENGTHS))
-        drawn = render(rng, font, random_text(rng, n), float(rng.uniform(8, 42)))
+        drawn = render(rng, font, random_text(rng, n), float(rng.uniform(6, 42)))
         cut = cells_of(drawn)
         if cut is None:
             missed += 1
@@ -263,9 +280,10 @@ def evaluate(model: GlyphModel, seed: int, lines: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("pipeline/extract/ocr/models/mrz_glyphs.npz"))
-    ap.add_argument("--lines", type=int, default=2400, help="rendered training lines")
+    ap.add_argument("--lines", type=int, default=3600, help="rendered training lines")
     ap.add_argument("--seed", type=int, default=1729)
     ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--hidden", type=int, default=192, help="hidden units")
     ap.add_argument("--evaluate-only", action="store_true", help="evaluate the shipped model and stop")
     args = ap.parse_args()
     if not args.evaluate_only:
@@ -273,7 +291,7 @@ def main() -> None:
         x, y, missed = dataset(args.seed, args.lines)
         print(f"{len(x)} cells from {args.lines - missed} lines ({missed} not segmented) in "
               f"{time.perf_counter() - started:.0f} s", flush=True)
-        model = train(x, y, args.seed, epochs=args.epochs)
+        model = train(x, y, args.seed, hidden=args.hidden, epochs=args.epochs)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         model.save(args.out)
         digest = hashlib.sha256(args.out.read_bytes()).hexdigest()

@@ -81,6 +81,9 @@ TUNING_SETS: tuple[TuningSet, ...] = (
     TuningSet("e113alb", "eval", 150, 113, kinds="alb_template"),  # Albanian fronts on the MIDV-2020 template
     TuningSet("e113frstamp", "eval", 330, 113, kinds="fr_cni_1988_stamped"),  # issue date under a stamp
     TuningSet("h114cnshake", "hard", 320, 114, conditions="motion_blur", kinds="cn_front,cn_both"),
+    # more shaken PRC fronts: their two name classes reach the observations every shipped class needs
+    TuningSet("h116cnshake", "hard", 560, 116, conditions="motion_blur", kinds="cn_front,cn_both"),
+    TuningSet("h117cnshake", "hard", 160, 117, conditions="motion_blur", kinds="cn_front,cn_both"),
     # Croatian and Czech fronts, the US passport card, the UK licence front
     TuningSet("e115fronts", "eval", 304, 115, kinds="hr_front,cz_front,uk_licence_front,us_passport_card"),
 )

@@ -20,7 +20,7 @@ from datetime import date
 from typing import Literal, Sequence
 
 from pipeline.formats.dates import make_date, normalise_text, parse_cjk_date, parse_validity
-from pipeline.formats.document_format import SHARP_CHECK, FormatDefaults, NumberCheck
+from pipeline.formats.document_format import SHAKEN_CLASS, SHARP_CHECK, FormatDefaults, NumberCheck
 from pipeline.formats.lines import line_score, value_score
 from pipeline.formats.names import simplified
 from pipeline.formats.reading import CROSS_DISAGREES, Builder, DocumentType, Page
@@ -337,7 +337,7 @@ class ResidentIdFormat(FormatDefaults):
         expiry = "cn.validity_span" if SPAN_CHECK in checks else \
             "cn.validity_long_term" if LONG_TERM_CHECK in checks else "cn.validity"
         name = "cn." + verdict + ("_labels_misread" if LABELS_CHECK in failures else "") + \
-            ("_shaken" if SHARP_CHECK in failures else "")
+            (SHAKEN_CLASS if SHARP_CHECK in failures else "")
         return {"name": name, "id_number": "cn." + verdict, "expiry_date": expiry}[field]
 
 

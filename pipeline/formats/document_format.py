@@ -98,6 +98,9 @@ class FormatDefaults:
 # passed when every field of the format's `read_alone` was read from a sharp box, failed when one was read from a
 # box smeared by camera shake (`pipeline.extract.ocr.shake`): a recogniser's score says nothing of such a box
 SHARP_CHECK = "capture.field_sharp"
+# the suffix of the evidence class of a field read alone from a shaken box (`SHARP_CHECK` failed): no table lifts
+# such a class to the auto-accept threshold (`pipeline.trust.rules.ceiling`)
+SHAKEN_CLASS = "_shaken"
 PRINTED_EVIDENCE = "printed"  # the calibration class of a field no format's checks vouch for
 
 

@@ -1,5 +1,10 @@
 """Rules on field confidence that no calibration table can override, for every backend.
 
+A field read by recognition alone from a box smeared by camera shake (a PRC name whose box failed
+`capture.field_sharp`: evidence class `..._shaken`) is never auto-accepted either: under shake the recogniser reads
+a look-alike character at a sure score, so its score is no evidence, however many shaken names a table has seen
+read right at that score. Its confidence is held at the table's unseen cap (`ceiling`), below the threshold.
+
 A field whose sources disagree (the zone and the printed zone name two different numbers; the printed birth date
 is not the one a PRC number embeds; a complete zone name and a printed name with more letters) is never
 auto-accepted, whatever a fitted table says of its evidence class: a table measures how often such readings were
@@ -18,6 +23,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from pipeline.datamodel import Extraction, FieldReading
+from pipeline.formats.document_format import SHAKEN_CLASS
 from pipeline.formats.registered import FORMATS
 
 DISAGREEMENT_CAP = 0.5
@@ -41,6 +47,14 @@ DISAGREEMENTS: dict[str, tuple[str, ...]] = {
 }
 # The same, as `cap_disagreements` takes it (failed check -> field).
 ANSWER_DISAGREEMENTS: dict[str, str] = {check: name for name, checks in DISAGREEMENTS.items() for check in checks}
+
+
+def ceiling(cls_name: str, value: float, unseen_cap: float) -> float:
+    """A table's `value` for evidence class `cls_name` under the rules on classes: a disagreement's class
+    (`.../disagrees`) at most `DISAGREEMENT_CAP`, a shaken box's (`..._shaken`) at most `unseen_cap`."""
+    if cls_name.endswith("/" + DISAGREES):
+        return min(value, DISAGREEMENT_CAP)
+    return min(value, unseen_cap) if cls_name.endswith(SHAKEN_CLASS) else value
 
 
 def disagreeing_fields(failures: list[str], extra: Mapping[str, str] | None = None) -> set[str]:

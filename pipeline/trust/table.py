@@ -66,7 +66,7 @@ from pipeline.datamodel import Extraction, FieldReading
 from pipeline.formats.registered import FORMATS
 from pipeline.store.atomic import write_json_atomic
 from pipeline.trust.key import TableKey, ocr_key
-from pipeline.trust.rules import ANSWER_DISAGREEMENTS, DISAGREEMENT_CAP, DISAGREES, cap_disagreements
+from pipeline.trust.rules import ANSWER_DISAGREEMENTS, cap_disagreements, ceiling
 
 if TYPE_CHECKING:
     from pipeline.settings import CalibrationSettings
@@ -134,7 +134,7 @@ class Calibration:
     def confidence(self, cls_name: str, raw: float) -> float:
         curve = self.curves.get(cls_name)
         value = round(curve(raw), 4) if curve else min(raw, self.unseen_cap)
-        return min(value, DISAGREEMENT_CAP) if cls_name.endswith("/" + DISAGREES) else value
+        return ceiling(cls_name, value, self.unseen_cap)
 
     def apply(self, extraction: Extraction, embedded: Calibration | None = None) -> Extraction:
         """The extraction with every present field's confidence calibrated (absent/unreadable unchanged), then

@@ -3,6 +3,7 @@ table as the OCR's; and the answer evidence's pure parts (value spans of log-pro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -12,7 +13,8 @@ from pipeline.extract.model.answer_evidence import split_answer, value_scores
 from pipeline.extract.registry import fingerprint
 from pipeline.settings import Settings
 from pipeline.trust.fit import fit, wilson
-from pipeline.trust.table import DISAGREEMENT_CAP, Calibration, Scorer, TableKey, Tables, ocr_key, shipped, unknown
+from pipeline.trust.rules import DISAGREEMENT_CAP
+from pipeline.trust.table import Calibration, Scorer, TableKey, Tables, ocr_key, shipped, unknown
 
 KEY = TableKey("openai", "qwen3.5-vl", "extract_v3.en")
 
@@ -68,6 +70,27 @@ def test_a_disagreement_is_capped_below_any_threshold_whatever_the_table_says() 
     assert cal.confidence("name/disagrees", 1.0) == DISAGREEMENT_CAP < 0.95
 
 
+def test_a_name_read_from_a_shaken_box_is_held_below_the_threshold_whatever_the_table_says() -> None:
+    """A PRC name read alone from a box smeared by camera shake: the recogniser's sure score is no evidence, so its
+    classes stay at the unseen cap however many right observations a table has; the sharp class gets what the
+    table says; a model's answer floored by such an embedded reading gets no more than the cap either."""
+    classes = {"name/cn.passed_shaken": True, "name/cn.passed_labels_misread_shaken": True, "name/cn.passed": True}
+    cal = Calibration.from_dict(table(classes, n=1000))
+    assert cal.confidence("name/cn.passed", 1.0) > 0.99
+    for cls in ("name/cn.passed_shaken", "name/cn.passed_labels_misread_shaken"):
+        assert cal.confidence(cls, 1.0) == cal.unseen_cap < 0.95, cls
+    ocr = Extraction(ref=DocumentRef(Path("/x.jpg"), "x.jpg", "0" * 64), fields={"doc_type": "cn_id"},
+                     backend="ocr", model="m", field_states={"name": FieldReading("李明", "present", 0.999)},
+                     checks=["cn_id.checksum"], check_failures=["capture.field_sharp"])
+    assert cal.apply(ocr).field_states["name"].confidence == cal.unseen_cap
+    answer = dataclasses.replace(extraction(name=FieldReading("李明", "present", None)),
+                                 embedded={"name": ("name/cn.passed_shaken", 0.999)})
+    assert cal.apply(answer, embedded=cal).field_states["name"].confidence == cal.unseen_cap
+    # the shipped table has measured the shaken classes (it says how often they were right) and is held all the same
+    assert all(sum(shipped().curves[c].counts) >= 300 for c in classes)
+    assert shipped().confidence("name/cn.passed_shaken", 1.0) < 0.95
+
+
 def test_calibration_is_not_part_of_the_fingerprint(tmp_path: Path) -> None:
     base = Settings()
     moved = base.model_copy(update={"calibration": base.calibration.model_copy(update={"dir": tmp_path})})
@@ -95,7 +118,6 @@ def test_a_users_embedded_table_older_than_a_class_is_capped_there_and_says_so_o
     """A user's table for the embedded reader's key that lacks a class the shipped table measures (fitted before the
     reader named that evidence) caps the field as unseen, and the run is told once per class which table to fit
     again; a class neither table knows, and a model's table, warn nothing."""
-    import dataclasses
     import logging
 
     from pipeline.trust import table as tables_module

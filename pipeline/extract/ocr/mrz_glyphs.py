@@ -94,13 +94,21 @@ class LineRead:
     cells: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
+# A background under this share of the strip's median is not the document's paper (a dark table beside a card in
+# an underexposed photo): its ink is measured against the paper's brightness, not its own.
+_PAPER = 0.5
+
+
 def ink_strip(rgb: np.ndarray) -> np.ndarray:
     """A row's strip as ink (float 0..1, print bright): the slowly varying background divided out (glare, a
-    tint), the darkest print 1. The max channel, since ink is dark in every channel and foil is not."""
+    tint), the darkest print 1. The max channel, since ink is dark in every channel and foil is not. Where the
+    background is darker than `_PAPER` of the strip's median, it is no paper: divided out there, a dark table's
+    sensor noise would read as ink as dark as the print's and stretch the line's band and extent over it."""
     gray = cv2.max(cv2.max(rgb[:, :, 0], rgb[:, :, 1]), rgb[:, :, 2]) if rgb.ndim == 3 else rgb
     k = 2 * (gray.shape[0] // 2) + 1
     background = cv2.morphologyEx(gray, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
-    ink = 1.0 - gray.astype(np.float32) / np.maximum(background.astype(np.float32), 1.0)
+    paper = background.astype(np.float32)
+    ink = (paper - gray) / np.maximum(paper, max(_PAPER * float(np.median(paper)), 1.0))
     top = float(np.percentile(ink, 99.5))
     return np.clip(ink / top, 0.0, 1.0) if top > 0.05 else np.zeros_like(ink)
 

@@ -9,8 +9,9 @@ characters have strokes every way, and falls towards 0 as the shake lengthens. A
 keeps its spread; only a smear along one direction removes it.
 
 A box whose spread is under `SHAKEN` gets the failed check `SHARP_CHECK`; the format's evidence class for the field
-is then another (`cn.passed_shaken`), which the calibration table fits apart from the sharp one and keeps capped,
-below the auto-accept threshold, until tuning pages give it the observations of every shipped class.
+is then another (`cn.passed_shaken`), which the calibration table fits apart from the sharp one and a rule no table
+overrides holds below the auto-accept threshold (`pipeline.trust.rules.ceiling`): the tuning pages' names come from
+the generator's 55 characters, and an evaluation seed's 李宇 read 李字 at 0.991 scores where they had none wrong.
 """
 
 from __future__ import annotations
