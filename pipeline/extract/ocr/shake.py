@@ -10,8 +10,9 @@ keeps its spread; only a smear along one direction removes it.
 
 A box whose spread is under `SHAKEN` gets the failed check `SHARP_CHECK`; the format's evidence class for the field
 is then another (`cn.passed_shaken`), which the calibration table fits apart from the sharp one and a rule no table
-overrides holds below the auto-accept threshold (`pipeline.trust.rules.ceiling`): the tuning pages' names come from
-the generator's 55 characters, and an evaluation seed's 李宇 read 李字 at 0.991 scores where they had none wrong.
+overrides holds below the auto-accept threshold (`pipeline.trust.rules.ceiling`): a hard seed's 李宇 was read 李字 at
+0.991, a score at which the tuning pages had no shaken name wrong, and their names come from the generator's 55
+characters where real names have thousands.
 """
 
 from __future__ import annotations
