@@ -264,7 +264,7 @@ def evaluate(model: GlyphModel, seed: int, lines: int) -> dict[str, float]:
     for k in range(lines):
         font = list(FONTS.values())[k % len(FONTS)]
         n = int(rng.choice(LENGTHS))
-        drawn = render(rng, font, random_text(rng, n), float(rng.uniform(8, 42)))
+        drawn = render(rng, font, random_text(rng, n), float(rng.uniform(6, 42)))
         read = mrz_glyphs.read_strip(strip(drawn.page, refine(drawn.page, drawn.row, max_growth=1.4)), n,
                                      model=model)
         total += n
