@@ -2,10 +2,11 @@
 
 Lines of random zone text are drawn in OCR-B (Debian `fonts-ocr-b`) and DejaVu Sans Mono (the generator's zone
 font), degraded as captures degrade them (scale down to 6 px capitals, stroke weight, camera shake, blur,
-underexposure, noise, JPEG, contrast, a grey infrared-like background, a small tilt), and cut into cells by the reader's own code (`mrz_reread.refine`/`strip`,
-`mrz_glyphs.line_cells`), so the classifier learns the cells exactly as it will see them. A line whose cells the
-segmentation did not place on the drawn characters is left out (it would teach wrong labels). The classifier is a
-two-layer perceptron trained with Adam in numpy; the seed makes the whole run deterministic.
+underexposure, noise, JPEG, contrast, a grey infrared-like background, a small tilt), and cut into cells by the
+reader's own code (`mrz_reread.refine`/`strip`, `mrz_glyphs.line_cells`), so the classifier learns the cells exactly
+as it will see them. A line whose cells the segmentation did not place on the drawn characters is left out (it would
+teach wrong labels). The classifier is a two-layer perceptron trained with Adam in numpy; the seed makes the whole
+run deterministic.
 
     python tools/train_mrz_glyphs.py --out pipeline/extract/ocr/models/mrz_glyphs.npz
     python tools/train_mrz_glyphs.py --evaluate-only   # the shipped model on freshly rendered lines

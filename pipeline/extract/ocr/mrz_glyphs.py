@@ -238,11 +238,10 @@ def classify(model: GlyphModel, cells: np.ndarray, shifts: int, allowed: np.ndar
     if allowed is not None:
         p = p * allowed[:, None, :]
         p = p / np.maximum(p.sum(axis=2, keepdims=True), 1e-9)
-    best = p.max(axis=2)  # positions x shifts
-    pick = best.argmax(axis=1)
-    symbols = p[np.arange(len(p)), pick].argmax(axis=1)
-    return LineRead("".join(ALPHABET[i] for i in symbols), tuple(float(x) for x in best[np.arange(len(p)), pick]),
-                    p[np.arange(len(p)), pick])
+    pick = p.max(axis=2).argmax(axis=1)  # each position's surest offset
+    chosen = p[np.arange(len(p)), pick]  # positions x symbols, at that offset
+    return LineRead("".join(ALPHABET[i] for i in chosen.argmax(axis=1)), tuple(float(x) for x in chosen.max(axis=1)),
+                    chosen)
 
 
 def read_strip(rgb: np.ndarray, n: int, allowed: np.ndarray | None = None,
