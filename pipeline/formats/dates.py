@@ -129,6 +129,24 @@ _DAY_MON_YEAR = re.compile(r"(?<!\d)(\d{1,2})\s*([A-Z058]{3})[A-Z]*(?:\s*/\s*([A
 _MONTH_LETTERS = str.maketrans("058", "OSB")
 
 
+def without_month_dates(text: str) -> str:
+    """`text` with each date printed with a month word (`22 MAR 2024`, `15 APR/AVR 12`) blanked out, as far as
+    `parse_printed_dates` reads it as a date: the letters of a date are no name. A name word must not be confirmed by
+    a date's month (a given name MARK cut to MAR beside "22 MAR 2024"), as a date written in digits never could."""
+    out = text
+    for m in _DAY_MON_YEAR_ANY_CASE.finditer(text):
+        token, other = m.group(2).upper(), (m.group(3) or "").upper()
+        month = _MONTHS.get(token.translate(_MONTH_LETTERS)) if sum(c.isalpha() for c in token) >= 2 else None
+        if month is None and other:
+            month = _MONTHS.get(other)
+        if month is not None:
+            out = out[:m.start()] + " " * (m.end() - m.start()) + out[m.end():]
+    return out
+
+
+_DAY_MON_YEAR_ANY_CASE = re.compile(_DAY_MON_YEAR.pattern, re.IGNORECASE)
+
+
 def parse_printed_dates(text: str, *, today: date) -> list[date]:
     """Every date printed in a visual-zone line: `DD.MM.YYYY`, `DD. MM. YYYY.`, `DD-MM-YYYY`, `DD MM YYYY`,
     `YYYY-MM-DD`, `15 APR/AVR 12`, `20MAR2006`, `12 0CT 2031` (a digit read for a month's letter). Two-digit

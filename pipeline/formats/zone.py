@@ -25,7 +25,7 @@ from typing import Collection, Sequence
 
 from rapidfuzz.distance import Levenshtein
 
-from pipeline.formats.dates import parse_printed_dates
+from pipeline.formats.dates import parse_printed_dates, without_month_dates
 from pipeline.formats.document_format import FormatDefaults
 from pipeline.formats.lines import OcrLine, filler_rich, fold, spellings, zone_boxes_of
 from pipeline.formats.mrz import NAME_FILLERS_CHECK, NUMBER_UNCONFIRMED_CHECK, TO_ALPHA, check_blind
@@ -382,10 +382,11 @@ def _printed_extension(zone_name: str, printed_name: str) -> str | None:
 
 def _printed_name_words(printed_boxes: Sequence[OcrLine]) -> set[str]:
     """The words printed outside the zone that can confirm a zone name's words: the letters of each token
-    without digits. A token with digits is a number or a date ("E78176884", "12JAN1990"), whose letters are no
-    name: folded, they would leave single letters ("E") that confirm a zone name missing its other letters."""
-    return {w for x in printed_boxes for token in x.text.split() if not any(c.isdigit() for c in token)
-            for spelled in spellings(token) for w in spelled.split()}
+    without digits, outside dates. A token with digits is a number or a date ("E78176884", "12JAN1990"), whose
+    letters are no name: folded, they would leave single letters ("E") that confirm a zone name missing its other
+    letters; nor is a date's month word ("22 MAR 2024": `without_month_dates`)."""
+    return {w for x in printed_boxes for token in without_month_dates(x.text).split()
+            if not any(c.isdigit() for c in token) for spelled in spellings(token) for w in spelled.split()}
 
 
 def _printed_beyond(zone_name: str, printed_boxes: Sequence[OcrLine]) -> bool:

@@ -451,6 +451,26 @@ def test_a_filler_read_as_k_after_a_name_is_cut_only_where_the_page_shows_the_na
     assert erik.fields["name"] == "OCONNOR ERIK"
 
 
+def test_a_dates_month_word_neither_cuts_nor_confirms_a_zone_name() -> None:
+    """A given name MARK whose print is hidden, beside a printed date "22 MAR 2024": the month is no name, so the
+    zone's MARK is not cut to MAR (the K taken for a filler) and MAR confirms nothing."""
+    td1 = ["I<NLDTV03552311<<<<<<<<<<<<<<<", "6208059F2403225NLD<<<<<<<<<<<2"]
+    zone = "HOFFMANN<<MARK<<<<<<<<<<<<<<<<"
+    dated = read_document(page("Surname", "HOFFMANN", "Date of expiry", "22 MAR 2024", *td1, zone), TODAY)
+    assert dated.fields["name"] == "HOFFMANN MARK"
+    # the same month word standing alone (a name printed MAR) still cuts a filler read as K
+    named = read_document(page("Surname", "HOFFMANN", "Given names", "MAR", *td1, "HOFFMANN<<MARK<<<<<<<<<<<<<<<<"),
+                          TODAY)
+    assert named.fields["name"] == "HOFFMANN MAR"
+    # a date's month confirms no zone word: a zone given name MAR stays as unconfirmed as without the date
+    alone = read_document(page("Surname", "HOFFMANN", *td1, "HOFFMANN<<MAR<<<<<<<<<<<<<<<<<"), TODAY)
+    beside = read_document(page("Surname", "HOFFMANN", "22 MAR 2024", *td1, "HOFFMANN<<MAR<<<<<<<<<<<<<<<<<"),
+                           TODAY)
+    assert beside.fields["name"] == alone.fields["name"] == "HOFFMANN MAR"
+    assert evidence_class("name", beside.doc_type, beside.checks, beside.check_failures) == \
+        evidence_class("name", alone.doc_type, alone.checks, alone.check_failures)
+
+
 def test_letters_among_the_closing_fillers_are_dropped_only_where_the_page_prints_the_rest() -> None:
     td1 = ["I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6"]
     misread = "VAN<DER<BERG<<LUCAS<A<<<<A<<<A"
