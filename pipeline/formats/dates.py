@@ -130,9 +130,9 @@ _MONTH_LETTERS = str.maketrans("058", "OSB")
 
 
 def without_month_dates(text: str) -> str:
-    """`text` with each date printed with a month word (`22 MAR 2024`, `15 APR/AVR 12`) blanked out, as far as
-    `parse_printed_dates` reads it as a date: the letters of a date are no name. A name word must not be confirmed by
-    a date's month (a given name MARK cut to MAR beside "22 MAR 2024"), as a date written in digits never could."""
+    """`text` with each day, month word and year (`22 MAR 2024`, `15 APR/AVR 12`, by the pattern and months
+    `parse_printed_dates` reads them with) blanked out: the letters of a date are no name. A name word must not be
+    confirmed by a date's month (a given name MARK cut to MAR beside "22 MAR 2024"), as a date in digits never is."""
     out = text
     for m in _DAY_MON_YEAR_ANY_CASE.finditer(text):
         token, other = m.group(2).upper(), (m.group(3) or "").upper()
