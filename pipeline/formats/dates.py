@@ -125,7 +125,8 @@ _MONTHS = {m: i + 1 for i, m in enumerate(
     ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"])}
 # The month may carry one OCR digit for a letter (0CT, 5EP, FE8, N0V): at least two of its three are letters.
 # A bilingual month ("MAA/MAR", "AVR/APR") is read by whichever of its two words is an English month.
-_DAY_MON_YEAR = re.compile(r"(?<!\d)(\d{1,2})\s*([A-Z058]{3})[A-Z]*(?:\s*/\s*([A-Z]{3})[A-Z]*)?\s*(\d{4}|\d{2})(?!\d)")
+_DAY_MON_YEAR = re.compile(r"(?<!\d)(\d{1,2})\s*([A-Z058]{3})[A-Z]*(?:\s*/\s*([A-Z]{3})[A-Z]*)?\s*(\d{4}|\d{2})(?!\d)",
+                           re.IGNORECASE)
 _MONTH_LETTERS = str.maketrans("058", "OSB")
 
 
@@ -133,18 +134,15 @@ def without_month_dates(text: str) -> str:
     """`text` with each day, month word and year (`22 MAR 2024`, `15 APR/AVR 12`, by the pattern and months
     `parse_printed_dates` reads them with) blanked out: the letters of a date are no name. A name word must not be
     confirmed by a date's month (a given name MARK cut to MAR beside "22 MAR 2024"), as a date in digits never is."""
-    out = text
-    for m in _DAY_MON_YEAR_ANY_CASE.finditer(text):
-        token, other = m.group(2).upper(), (m.group(3) or "").upper()
-        month = _MONTHS.get(token.translate(_MONTH_LETTERS)) if sum(c.isalpha() for c in token) >= 2 else None
-        if month is None and other:
-            month = _MONTHS.get(other)
-        if month is not None:
-            out = out[:m.start()] + " " * (m.end() - m.start()) + out[m.end():]
-    return out
+    return _DAY_MON_YEAR.sub(lambda m: m.group() if _month_of(m) is None else " " * len(m.group()), text)
 
 
-_DAY_MON_YEAR_ANY_CASE = re.compile(_DAY_MON_YEAR.pattern, re.IGNORECASE)
+def _month_of(m: re.Match[str]) -> int | None:
+    """The month of a `_DAY_MON_YEAR` match: its month word (one OCR digit for a letter allowed), else the English
+    one of a bilingual pair; None when neither is a month."""
+    token, other = m.group(2).upper(), (m.group(3) or "").upper()
+    month = _MONTHS.get(token.translate(_MONTH_LETTERS)) if sum(c.isalpha() for c in token) >= 2 else None
+    return month if month is not None or not other else _MONTHS.get(other)
 
 
 def parse_printed_dates(text: str, *, today: date) -> list[date]:
@@ -164,10 +162,7 @@ def parse_printed_dates(text: str, *, today: date) -> list[date]:
         if d:
             found.append(d)
     for m in _DAY_MON_YEAR.finditer(upper):
-        token = m.group(2)
-        month = _MONTHS.get(token.translate(_MONTH_LETTERS)) if sum(c.isalpha() for c in token) >= 2 else None
-        if month is None and m.group(3):
-            month = _MONTHS.get(m.group(3))
+        month = _month_of(m)
         if month is None:
             continue
         year = m.group(4)
