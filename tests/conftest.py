@@ -86,6 +86,16 @@ def browser_binaries() -> BrowserBinaries:
     return found
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Tell `tests.support.prefect_database` the folder both test workers of this run share (the parent of a
+    worker's base temp folder), where the set-up Prefect database is made once."""
+    from tests.support import prefect_database  # here, not at the top: this file must load on its own
+
+    base = tmp_path_factory.getbasetemp()
+    prefect_database.SHARED = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def prefect_api():
     """A real Prefect API for flow tests (temporary SQLite database, server subprocess on loopback)."""

@@ -14,11 +14,17 @@ REPO = Path(__file__).resolve().parent.parent.parent
 SERVER_MODULE = b"flows.local_server"
 
 
-def run_env(tmp: Path, **extra: str) -> dict[str, str]:
+def run_env(tmp: Path, *, set_up_database: bool = True, **extra: str) -> dict[str, str]:
     """The environment of a run with no Prefect API configured and a Prefect home of its own under `tmp`; its
-    local server stops as soon as the last run using it ends, unless `extra` sets another idle time. A model's
-    answers are not read again by the embedded OCR unless `extra` turns that on: these runs prove other things,
-    and the second reading (on by default) has tests of its own (`test_vlm_crosscheck.py`)."""
+    local server stops as soon as the last run using it ends, unless `extra` sets another idle time. The home
+    gets a copy of a database a server has set up, unless `set_up_database` is False or `extra` names another
+    home (`tests/support/prefect_database.py`). A model's answers are not read again by the embedded OCR unless
+    `extra` turns that on: these runs prove other things, and the second reading (on by default) has tests of its
+    own (`test_vlm_crosscheck.py`)."""
+    from tests.support.prefect_database import copy_set_up_database
+
+    if set_up_database and "PREFECT_HOME" not in extra:
+        copy_set_up_database(tmp / "prefect-home" / "prefect.db")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "IDFLOW_", "TAOTOKEN_"))}
     return {**env, "PYTHONPATH": str(REPO), "PREFECT_HOME": str(tmp / "prefect-home"),
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PYTHONUNBUFFERED": "1", "COLUMNS": "200",

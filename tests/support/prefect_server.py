@@ -137,9 +137,16 @@ S = TypeVar("S", bound=Stack)
 
 
 @contextmanager
-def prefect_server(tmp: Path, stack_class: type[S] = Stack, **fields: Any) -> Iterator[S]:
-    """A `prefect server start` on a free loopback port with a fresh database; yields the stack (extra dataclass
-    fields of `stack_class` from `fields`) and stops every process the stack started, last started first."""
+def prefect_server(tmp: Path, stack_class: type[S] = Stack, *, set_up_database: bool = True,
+                   **fields: Any) -> Iterator[S]:
+    """A `prefect server start` on a free loopback port with a database of its own (a copy of one a server has
+    set up, unless `set_up_database` is False: `tests/support/prefect_database.py`); yields the stack (extra
+    dataclass fields of `stack_class` from `fields`) and stops every process the stack started, last started
+    first."""
+    from tests.support.prefect_database import copy_set_up_database
+
+    if set_up_database:
+        copy_set_up_database(tmp / "prefect.db")
     port = free_port()
     env = {**os.environ,
            "PREFECT_HOME": str(tmp / "prefect-home"),
