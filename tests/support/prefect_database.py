@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import subprocess
 from pathlib import Path
 
 from filelock import FileLock
@@ -37,9 +36,7 @@ def copy_set_up_database(dest: Path) -> None:
 
 def _template(shared: Path) -> Path:
     """The set-up database of this run, made by the first test that asks for it."""
-    from importlib.metadata import version
-
-    path = shared / f"prefect-{version('prefect')}-set-up.db"
+    path = shared / "prefect-set-up.db"
     with FileLock(str(shared / "prefect-set-up-db.lock")):
         if not path.exists():
             _make(path)
@@ -48,27 +45,19 @@ def _template(shared: Path) -> Path:
 
 def _make(path: Path) -> None:
     """Start a real server on an empty database, stop it, and keep a consistent copy of what it wrote (the
-    SQLite backup API: a write-ahead log left beside the file is folded in). A bare process, not a test stack:
-    nothing of the test process (its events' destination) is touched."""
-    from flows.local_server import healthy
-    from tests.support.prefect_server import BIN, free_port, wait_for
+    SQLite backup API: a write-ahead log left beside the file is folded in). The server alone is stopped, not
+    the stack (`Stack.stop`, not `prefect_server`'s `stop_all`): nothing of the test process (where its events
+    go) is touched."""
+    from tests.support.prefect_server import server_stack, start_server
 
     work = path.parent / f"{path.stem}-work-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(work / "home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{work / 'prefect.db'}"}
-    with (work / "server.log").open("wb") as log:
-        server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port",
-                                   str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    stack = server_stack(work)
     try:
-        wait_for(lambda: healthy(f"http://127.0.0.1:{port}/api") or server.poll() is not None, 240,
-                 "the Prefect server that sets up the tests' database", every=0.2)
-        assert server.poll() is None, (work / "server.log").read_text(errors="replace")[-3000:]
+        start_server(stack)
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        stack.stop("server")
     building = path.with_suffix(".building")
     source, copy = sqlite3.connect(work / "prefect.db"), sqlite3.connect(building)
     try:

@@ -147,6 +147,17 @@ def prefect_server(tmp: Path, stack_class: type[S] = Stack, *, set_up_database: 
 
     if set_up_database:
         copy_set_up_database(tmp / "prefect.db")
+    stack = server_stack(tmp, stack_class, **fields)
+    try:
+        start_server(stack)
+        with _events_to(stack.api):
+            yield stack
+    finally:
+        stack.stop_all()
+
+
+def server_stack(tmp: Path, stack_class: type[S] = Stack, **fields: Any) -> S:
+    """A stack (nothing started yet) for a Prefect server on a free loopback port, its database `tmp/prefect.db`."""
     port = free_port()
     env = {**os.environ,
            "PREFECT_HOME": str(tmp / "prefect-home"),
@@ -158,14 +169,14 @@ def prefect_server(tmp: Path, stack_class: type[S] = Stack, *, set_up_database: 
            "PREFECT_RUNNER_POLL_FREQUENCY": "2",
            "PREFECT_LOGGING_LEVEL": "INFO",
            "PWD": str(REPO)}
-    stack = stack_class(url=f"http://127.0.0.1:{port}", env=env, tmp=tmp, procs={}, **fields)
-    try:
-        stack.start("server", str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port))
-        wait_for(lambda: healthy(stack.api) or stack.alive("server"), 240, "the Prefect server")
-        with _events_to(stack.api):
-            yield stack
-    finally:
-        stack.stop_all()
+    return stack_class(url=f"http://127.0.0.1:{port}", env=env, tmp=tmp, procs={}, **fields)
+
+
+def start_server(stack: Stack) -> None:
+    """Start the stack's `prefect server start` (process "server") and wait until it answers."""
+    port = stack.url.rsplit(":", 1)[1]
+    stack.start("server", str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", port)
+    wait_for(lambda: healthy(stack.api) or stack.alive("server"), 240, "the Prefect server")
 
 
 @contextmanager
