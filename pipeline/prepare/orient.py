@@ -56,9 +56,10 @@ PAGE_SHORT_SIDE = 256
 PAGE_MODEL = "page_orientation.onnx"  # in pipeline/prepare/models/ (see its README)
 SKEW_LONG_EDGE = 500  # edges for the projection profile are found on a copy this size (~3 ms)
 SKEW_COARSE = np.arange(-MAX_SKEW_DEG, MAX_SKEW_DEG + 0.01, 1.0)
+COARSE_EDGE_STEP = 3  # the 1-degree search projects every third edge pixel: a row of text has hundreds
 MIN_EDGE_FRACTION = 0.002  # a page with fewer edge pixels has nothing to orient by
-_IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
-_IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
+_IMAGENET_MEAN_CHW = (np.array([0.485, 0.456, 0.406], np.float32) * 255)[:, None, None]
+_IMAGENET_STD_CHW = (np.array([0.229, 0.224, 0.225], np.float32) * 255)[:, None, None]
 
 _ROTATE_CODES = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}
 _WHITE = (255, 255, 255)
@@ -177,16 +178,20 @@ def _classify_page(small: np.ndarray) -> tuple[int, float]:
     h, w = small.shape[:2]
     scale = PAGE_SHORT_SIDE / min(h, w)
     size = (max(PAGE_SHORT_SIDE, round(w * scale)), max(PAGE_SHORT_SIDE, round(h * scale)))
+    # Area averaging as the thresholds above were measured with (bilinear, 1.2 ms cheaper, turned one of the
+    # 1204 level specimen pages the wrong way at a sure probability).
     resized = cv2.resize(small, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
     top, left = (size[1] - PAGE_CROP) // 2, (size[0] - PAGE_CROP) // 2
-    crop = (resized[top:top + PAGE_CROP, left:left + PAGE_CROP].astype(np.float32) - _IMAGENET_MEAN) / _IMAGENET_STD
-    chw = crop.transpose(2, 0, 1)
+    crop = resized[top:top + PAGE_CROP, left:left + PAGE_CROP]
+    chw = np.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32)
+    chw -= _IMAGENET_MEAN_CHW  # in place: a tenth of the CPU of the same arithmetic on new arrays
+    chw /= _IMAGENET_STD_CHW
     session = _get_page_model()
     if session is None:
         return 0, 0.0  # no classifier: unsure, so the caller reads the text lines
     name = session.get_inputs()[0].name
     # Label k: the content is turned k*90 degrees clockwise, so (360 - 90k) undoes it.
-    probability = session.run(None, {name: np.ascontiguousarray(chw[None])})[0][0]
+    probability = session.run(None, {name: chw[None]})[0][0]
     if probability.max() < PAGE_SURE_AT_ONCE:
         turned = session.run(None, {name: np.ascontiguousarray(chw[None, :, ::-1, ::-1])})[0][0]
         probability = (probability + np.roll(turned, -2)) / 2.0
@@ -203,13 +208,13 @@ def _profile_skew(edges: np.ndarray) -> float:
     ys, xs = np.nonzero(edges)
     ys, xs = ys.astype(np.float32), xs.astype(np.float32)
 
-    def sharpness(angle: float) -> float:
+    def sharpness(angle: float, step: int = 1) -> float:
         t = math.radians(angle)
-        bins = (ys * math.cos(t) - xs * math.sin(t)).astype(np.int32)
+        bins = (ys[::step] * math.cos(t) - xs[::step] * math.sin(t)).astype(np.int32)
         counts = np.bincount(bins - bins.min()).astype(np.float64)
         return float(counts @ counts)
 
-    coarse = max(SKEW_COARSE, key=sharpness)
+    coarse = max(SKEW_COARSE, key=lambda angle: sharpness(angle, COARSE_EDGE_STEP))
     angle = max(np.arange(coarse - 0.9, coarse + 0.91, 0.1), key=sharpness)
     return _split_rotation(-float(angle))[1]
 
