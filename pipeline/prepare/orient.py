@@ -207,16 +207,17 @@ def _profile_skew(edges: np.ndarray) -> float:
     `COARSE_EDGE_STEP`-th edge pixel: the peak's degree is the same on the rotated specimens), then 0.1 (on all).
     """
     ys, xs = np.nonzero(edges)
-    ys, xs = ys.astype(np.float32), xs.astype(np.float32)
+    points = ys.astype(np.float32), xs.astype(np.float32)
+    some = tuple(np.ascontiguousarray(p[::COARSE_EDGE_STEP]) for p in points)
 
-    def sharpness(angle: float, step: int = 1) -> float:
+    def sharpness(angle: float, rows: np.ndarray, columns: np.ndarray) -> float:
         t = math.radians(angle)
-        bins = (ys[::step] * math.cos(t) - xs[::step] * math.sin(t)).astype(np.int32)
+        bins = (rows * math.cos(t) - columns * math.sin(t)).astype(np.int32)
         counts = np.bincount(bins - bins.min()).astype(np.float64)
         return float(counts @ counts)
 
-    coarse = max(SKEW_COARSE, key=lambda angle: sharpness(angle, COARSE_EDGE_STEP))
-    angle = max(np.arange(coarse - 0.9, coarse + 0.91, 0.1), key=sharpness)
+    coarse = max(SKEW_COARSE, key=lambda angle: sharpness(angle, *some))
+    angle = max(np.arange(coarse - 0.9, coarse + 0.91, 0.1), key=lambda angle: sharpness(angle, *points))
     return _split_rotation(-float(angle))[1]
 
 
