@@ -14,7 +14,8 @@ with the same `--observations` file (pages already in it, by manifest folder nam
 name the folders by set and seed) and the folder to `tools/tuning_sets.py`, the recipe of every tuning folder.
 After a change to what a reader records, every tuning page is read again: that script's docstring has the commands.
 
-Every manifest page is prepared and read by the embedded OCR backend (raw scores: backends never calibrate); each
+Every manifest page is prepared and read by the embedded OCR backend (raw scores: backends never calibrate;
+`--jobs N`: by N worker processes, each on a core of its own, the observations written in the manifests' order); each
 present field becomes one observation (evidence class with the doc type and checks it comes from, raw score, right or
 wrong: values are never written). Per class, pool-adjacent-violators gives the isotonic step function from raw
 score to the share of right values, each step mapped to the lower end of its 95% Wilson interval
@@ -32,8 +33,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import multiprocessing
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 from typing import TextIO
@@ -51,45 +56,86 @@ from pipeline.trust.key import ocr_key  # noqa: E402
 from pipeline.trust.table import Calibration, evidence_class  # noqa: E402
 
 
-def observe(manifest: Path, today: date, limit: int | None = None, sink: Path | None = None,
+Reader = Callable[[list], Iterable["list[dict] | None"]]  # page tasks -> their observations, in order
+
+
+def observe(manifest: Path, read: Reader, limit: int | None = None, sink: Path | None = None,
             done: set[tuple[str, str, int]] | None = None) -> list[dict]:
     """One observation per present field of every page of `manifest` (its first `limit` pages). Each holds
     what its evidence class is computed from (doc type, checks passed and failed), so the classes can be
-    redrawn later without reading the pages again (`--reclass`). Appended to the file `sink` page by page as they
-    come (`append_observations`); pages in `done` ((manifest, path, page) already observed) are not read again."""
-    settings = Settings()
-    backend = OcrBackend(today=today)
-    out = []
+    redrawn later without reading the pages again (`--reclass`). Appended to the file `sink` page by page, in the
+    manifest's order, as they come (`append_observations`); pages in `done` ((manifest, path, page) already
+    observed) are not read again. `read` reads them (`readers`: in this process or in worker processes)."""
+    name = manifest.parent.name
     items = load_manifest(manifest)[:limit]
-    for n, item in enumerate(items, start=1):
-        if done and (manifest.parent.name, item.rel_path, item.page) in done:
+    todo = [item for item in items if not (done and (name, item.rel_path, item.page) in done)]
+    out = []
+    for n, (item, page_obs) in enumerate(zip(todo, read([(name, item) for item in todo])), start=1):
+        if page_obs is None:  # a page that could not be prepared is not observed
             continue
-        ref = DocumentRef(path=item.path, rel_path=item.rel_path, sha256=sha256_file(item.path), page=item.page)
-        prepared = prepare_page(ref, settings.prepare)
-        if isinstance(prepared, Failure):
-            continue
-        ex = backend.read(prepared)
-        doc_type = ex.fields.get("doc_type")
-        page_obs = []
-        for name in FIELD_NAMES:
-            reading = ex.field_states.get(name)
-            if reading is None or reading.state != "present":
-                continue
-            page_obs.append({"manifest": manifest.parent.name, "path": item.rel_path, "page": item.page,
-                             "condition": item.condition, "field": name, "doc_type": doc_type,
-                             "checks": ex.checks, "failures": ex.check_failures,
-                             "class": evidence_class(name, doc_type, ex.checks, ex.check_failures),
-                             "raw": reading.confidence,
-                             "correct": normalise(name, reading.value) == normalise(name, item.truth[name])})
-        if not page_obs:  # a page with nothing present: recorded so a resumed run skips it too
-            page_obs.append({"manifest": manifest.parent.name, "path": item.rel_path, "page": item.page,
-                             "condition": item.condition, "field": None})
         if sink is not None:
             append_observations(sink, page_obs)
         out += [o for o in page_obs if o["field"] is not None]
-        print(f"\r{manifest.parent.name}: {n}/{len(items)}", end="", file=sys.stderr, flush=True)
+        print(f"\r{name}: {n + len(items) - len(todo)}/{len(items)}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     return out
+
+
+_reader: list[tuple[Settings, OcrBackend]] = []  # this process's settings and embedded reader, made once
+
+
+def _start_reader(today: date, cores=None) -> None:
+    """Make this process's reader; a worker first takes one core of `cores` (a queue of the parent's cores) for
+    itself, so each reader runs one thread on a core of its own (`rapidocr_stages.usable_cores`), as processes
+    pinned one to a core do: threads of two readers sharing cores cost more CPU for the same pages."""
+    if cores is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cores.get()})
+    _reader[:] = [(Settings(), OcrBackend(today=today))]
+
+
+def _page_observations(task: tuple[str, EvalItem]) -> list[dict] | None:
+    """The observations of one manifest page read by this process's reader (a row with `field` None when
+    nothing was present, so a resumed run skips the page too); None when the page cannot be prepared."""
+    name, item = task
+    settings, backend = _reader[0]
+    ref = DocumentRef(path=item.path, rel_path=item.rel_path, sha256=sha256_file(item.path), page=item.page)
+    prepared = prepare_page(ref, settings.prepare)
+    if isinstance(prepared, Failure):
+        return None
+    ex = backend.read(prepared)
+    doc_type = ex.fields.get("doc_type")
+    page_obs = []
+    for field in FIELD_NAMES:
+        reading = ex.field_states.get(field)
+        if reading is None or reading.state != "present":
+            continue
+        page_obs.append({"manifest": name, "path": item.rel_path, "page": item.page, "condition": item.condition,
+                         "field": field, "doc_type": doc_type, "checks": ex.checks, "failures": ex.check_failures,
+                         "class": evidence_class(field, doc_type, ex.checks, ex.check_failures),
+                         "raw": reading.confidence,
+                         "correct": normalise(field, reading.value) == normalise(field, item.truth[field])})
+    return page_obs or [{"manifest": name, "path": item.rel_path, "page": item.page, "condition": item.condition,
+                         "field": None}]
+
+
+@contextmanager
+def readers(today: date, jobs: int) -> Iterator[Reader]:
+    """A function from page tasks to their observations, in order: read in this process (`jobs` 1), or by `jobs`
+    worker processes, each with a reader of its own (its models loaded once for every manifest) on a core of its
+    own when there are as many cores as workers."""
+    if jobs <= 1:
+        if not _reader:
+            _start_reader(today)
+        yield lambda tasks: map(_page_observations, tasks)
+        return
+    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold model threads
+    cores = context.Queue()
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    for core in allowed if len(allowed) >= jobs else []:  # fewer cores than workers: leave placement to the OS
+        cores.put(core)
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_reader,
+                             initargs=(today, cores if len(allowed) >= jobs else None)) as pool:
+        yield lambda tasks: pool.map(_page_observations, tasks)
 
 
 def _open(path: Path, mode: str) -> TextIO:
@@ -171,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("pipeline/trust/calibration_table.json"))
     ap.add_argument("--today", type=date.fromisoformat, default=date.today())
     ap.add_argument("--limit", type=int, default=None, help="read only the first N pages of each manifest")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="worker processes reading the pages, each on a core of its own (default: %(default)s)")
     ap.add_argument("--min-observations", type=int, default=SHIPPED_MIN_OBSERVATIONS,
                     help="a class with fewer observations stays capped at the unseen cap (default: %(default)s)")
     args = ap.parse_args(argv)
@@ -184,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.observations and args.observations.exists() else []
         done = {(o["manifest"], o["path"], o["page"]) for o in rows if "path" in o}
         observations += [o for o in rows if not ("field" in o and o["field"] is None)]
-        for manifest in args.manifests:
-            observations += observe(manifest, args.today, args.limit, args.observations, done)
+        with readers(args.today, args.jobs) as read:
+            for manifest in args.manifests:
+                observations += observe(manifest, read, args.limit, args.observations, done)
         if args.observations and args.observations.exists():
             compact_observations(args.observations)  # every page in: one stream, as committed
     if args.reclass:

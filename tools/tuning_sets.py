@@ -7,8 +7,8 @@
 Reading every tuning page again with today's reader (after a change to what a reader records) and refitting:
 
     python tools/tuning_sets.py /tmp/tune --jobs 2
-    python tools/fit_calibration.py $(python tools/tuning_sets.py /tmp/tune --manifests) \\
-        --observations /tmp/observations.jsonl.gz --out /tmp/table.json
+    python tools/fit_calibration.py $(python tools/tuning_sets.py /tmp/tune --manifests) --jobs 2 \\
+        --observations /tmp/observations.jsonl.gz --out /tmp/table.json    # 4,864 pages: about 80 minutes
     # then: mv /tmp/observations.jsonl.gz data/calibration_observations.jsonl.gz and refit from it
 
 Folder names are the `manifest` of every committed observation (`data/calibration_observations.jsonl.gz`), so a
