@@ -420,11 +420,11 @@ def _hard_worker(args: tuple[int, str, str, int, str]) -> list[dict]:
     return [truth]
 
 
-def build_hard(out_dir: str | Path, count: int = 120, seed: int = 101, jobs: int = 1,
-               conditions: list[str] | None = None, kinds: list[str] | None = None) -> list[dict]:
-    """Write ``count`` documents under the hard conditions (``synth.hard``; all but the opt-in ones unless
-    ``conditions`` names some) and ``manifest.json``. Each condition uses the kinds its scope allows, of
-    ``kinds`` when given (tuning material for one evidence class: blurred PRC fronts, say)."""
+def hard_plan(count: int, seed: int, conditions: list[str] | None = None,
+              kinds: list[str] | None = None) -> list[tuple[str, str]]:
+    """The (kind, condition) of each of the ``count`` documents `build_hard` makes with these arguments: the
+    hard conditions (all but the opt-in ones unless ``conditions`` names some), each with the kinds its scope
+    allows, of ``kinds`` when given."""
     names = conditions or [c for c in H.HARD_CONDITIONS if c not in H.OPT_IN]
     unknown = set(names) - set(H.HARD_CONDITIONS)
     if unknown:
@@ -434,9 +434,18 @@ def build_hard(out_dir: str | Path, count: int = 120, seed: int = 101, jobs: int
     combos = [(k, c) for c in names for k in _SCOPE_KINDS[H.HARD_CONDITIONS[c][3]] if not kinds or k in kinds]
     if not combos:
         raise ValueError(f"no kind of {sorted(kinds or ())} is made under {sorted(names)}")
+    return _eval_plan(count, seed, combos)
+
+
+def build_hard(out_dir: str | Path, count: int = 120, seed: int = 101, jobs: int = 1,
+               conditions: list[str] | None = None, kinds: list[str] | None = None) -> list[dict]:
+    """Write ``count`` documents under the hard conditions (``synth.hard``; all but the opt-in ones unless
+    ``conditions`` names some) and ``manifest.json``. Each condition uses the kinds its scope allows, of
+    ``kinds`` when given (tuning material for one evidence class: blurred PRC fronts, say)."""
+    plan = hard_plan(count, seed, conditions, kinds)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tasks = [(i, k, c, seed, str(out)) for i, (k, c) in enumerate(_eval_plan(count, seed, combos), start=1)]
+    tasks = [(i, k, c, seed, str(out)) for i, (k, c) in enumerate(plan, start=1)]
     manifest = _run_tasks(_hard_worker, tasks, jobs)
     _write_manifest(out, manifest)
     return manifest

@@ -86,11 +86,11 @@ def test_mrz_strip_is_the_zone_alone(tmp_path):
 
 
 def test_an_opt_in_condition_is_only_in_a_set_that_names_it(tmp_path):
-    """Adding an opt-in condition leaves every seed's default hard set as it was; naming it gives it."""
-    from synth.sample_set import build_hard
+    """Adding an opt-in condition leaves every seed's default hard set as it was (its plan, which decides each
+    document's kind and condition, names none); naming it gives it."""
+    from synth.sample_set import build_hard, hard_plan
 
-    default = build_hard(tmp_path / "d", count=30, seed=3)
-    assert not H.OPT_IN & {row["condition"] for row in default}
+    assert not H.OPT_IN & {condition for _, condition in hard_plan(30, 3)}
     # one whole block of the plan (every named condition with every kind its scope allows) holds each of them
     from synth.sample_set import _SCOPE_KINDS
 
