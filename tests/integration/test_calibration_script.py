@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -92,9 +93,9 @@ def test_observations_appended_page_by_page_are_rewritten_as_one_stream(tmp_path
 def test_pages_read_by_two_workers_are_observed_as_one_process_observes_them(tmp_path):
     """`--jobs 2` reads a manifest's pages in two worker processes and appends their observations in the
     manifest's order, the same rows one process writes (the re-read of every tuning page uses both cores)."""
-    folder = tmp_path / "e4242"
-    subprocess.run([sys.executable, str(REPO / "tools" / "make_samples.py"), str(folder), "--set", "eval",
-                    "--count", "3", "--seed", "4242"], check=True, capture_output=True)
+    folder = tmp_path / "sample"  # the bundled samples, their ground truth as the manifest
+    shutil.copytree(REPO / "data" / "sample", folder)
+    shutil.copy(REPO / "data" / "sample_ground_truth.json", folder / "manifest.json")
     def one_core() -> None:  # one recogniser thread, as each worker runs: the same arithmetic, the same scores
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
@@ -102,10 +103,10 @@ def test_pages_read_by_two_workers_are_observed_as_one_process_observes_them(tmp
     for jobs in (1, 2):
         obs = tmp_path / f"obs{jobs}.jsonl"
         subprocess.run([sys.executable, str(REPO / "tools" / "fit_calibration.py"), str(folder / "manifest.json"),
-                        "--limit", "3", "--jobs", str(jobs), "--observations", str(obs),
+                        "--limit", "2", "--jobs", str(jobs), "--observations", str(obs),
                         "--out", str(tmp_path / f"table{jobs}.json")], check=True, capture_output=True,
                        preexec_fn=one_core if jobs == 1 else None)
         written[jobs] = [json.loads(line) for line in obs.read_text(encoding="utf-8").splitlines()]
     pages = [(r["path"], r["page"]) for r in written[1]]
-    assert len(set(pages)) == 3 and written[1][0]["manifest"] == "e4242"
+    assert len(set(pages)) == 2 and written[1][0]["manifest"] == "sample"
     assert written[2] == written[1]
