@@ -88,7 +88,7 @@ def _start_reader(today: date, cores=None) -> None:
     """Make this process's reader; a worker first takes one core of `cores` (a queue of the parent's cores) for
     itself, so each reader runs one thread on a core of its own (`rapidocr_stages.usable_cores`), as processes
     pinned one to a core do: threads of two readers sharing cores cost more CPU for the same pages."""
-    if cores is not None and hasattr(os, "sched_setaffinity"):
+    if cores is not None:
         os.sched_setaffinity(0, {cores.get()})
     _reader[:] = [(Settings(), OcrBackend(today=today))]
 
@@ -129,12 +129,13 @@ def readers(today: date, jobs: int) -> Iterator[Reader]:
         yield lambda tasks: map(_page_observations, tasks)
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold model threads
-    cores = context.Queue()
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    for core in allowed if len(allowed) >= jobs else []:  # fewer cores than workers: leave placement to the OS
-        cores.put(core)
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_reader,
-                             initargs=(today, cores if len(allowed) >= jobs else None)) as pool:
+    cores = None  # fewer cores than workers (or no affinity call): placement left to the OS
+    if len(allowed) >= jobs:
+        cores = context.Queue()
+        for core in allowed[:jobs]:
+            cores.put(core)
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_reader, initargs=(today, cores)) as pool:
         yield lambda tasks: pool.map(_page_observations, tasks)
 
 

@@ -96,6 +96,7 @@ def test_pages_read_by_two_workers_are_observed_as_one_process_observes_them(tmp
     folder = tmp_path / "sample"  # the bundled samples, their ground truth as the manifest
     shutil.copytree(REPO / "data" / "sample", folder)
     shutil.copy(REPO / "data" / "sample_ground_truth.json", folder / "manifest.json")
+
     def one_core() -> None:  # one recogniser thread, as each worker runs: the same arithmetic, the same scores
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
