@@ -81,7 +81,7 @@ def observe(manifest: Path, read: Reader, limit: int | None = None, sink: Path |
     return out
 
 
-_reader: list[tuple[Settings, OcrBackend]] = []  # this process's settings and embedded reader, made once
+_reader: list[tuple[Settings, OcrBackend]] = []  # this process's settings and embedded reader (`_start_reader`)
 
 
 def _start_reader(today: date, cores=None) -> None:
@@ -124,8 +124,7 @@ def readers(today: date, jobs: int) -> Iterator[Reader]:
     worker processes, each with a reader of its own (its models loaded once for every manifest) on a core of its
     own when there are as many cores as workers."""
     if jobs <= 1:
-        if not _reader:
-            _start_reader(today)
+        _start_reader(today)  # made for this call: a reader kept from an earlier call may hold another `today`
         yield lambda tasks: map(_page_observations, tasks)
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold model threads
