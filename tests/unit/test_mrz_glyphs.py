@@ -221,6 +221,31 @@ def test_the_name_line_is_found_by_where_the_surname_stands_not_by_counting_rows
     assert mrz_glyphs.name_agrees(page, lines, "ERIKSSON ANNA MARIA") is True
 
 
+def test_a_name_line_the_first_reader_lost_is_read_where_the_zone_puts_it() -> None:
+    """The first reader kept only the data line of a TD3 zone (the name stored is the printed one): the second
+    reader reads the row one line pitch above it, and agrees with the printed name only if the zone holds it."""
+    page = render_zone("ocrb", ZONES[0], 22, 0.8)
+    lines = [x for x in backend.ocr_lines(page) if "ERIKSSON" not in x.text]
+    assert mrz_glyphs.name_line(lines, "ERIKSSON ANNA MARIA") is None
+    assert mrz_glyphs.lost_name_row(lines)[1:] == (44, 5)
+    assert mrz_glyphs.name_agrees(page, lines, "ERIKSSON ANNA MARIA") is True
+    assert mrz_glyphs.name_agrees(page, lines, "ERIKSSON ANNA MARIE") is False
+
+
+def test_no_name_line_above_a_lone_data_line_is_no_judgement() -> None:
+    """Blank paper (or anything that does not read as a zone's name line) above a lone data line leaves the name
+    unjudged, neither agreement nor disagreement; a TD1 card's rows say nothing of where its name line is."""
+    from pipeline.formats.lines import OcrLine
+
+    page = render_zone("ocrb", ("<" * 44, ZONES[0][1]), 22, 0.8)
+    lines = [x for x in backend.ocr_lines(page) if any(c.isdigit() for c in x.text)]
+    assert mrz_glyphs.lost_name_row(lines) is not None
+    assert mrz_glyphs.name_agrees(page, lines, "ERIKSSON ANNA MARIA") is None
+    td1 = [OcrLine(text, 0.9, ((10, y), (600, y), (600, y + 30), (10, y + 30)))
+           for text, y in (("I<UTOD231458907<<<<<<<<<<<<<<<", 100), ("7408122F1204159UTO<<<<<<<<<<<6", 150))]
+    assert mrz_glyphs.lost_name_row(td1) is None
+
+
 def test_a_box_lying_across_a_two_line_zone_does_not_make_it_a_td1_card() -> None:
     """Three rows of zone boxes (one of them a stamp or a crease read as text) are not a TD1 zone when the surname
     stands where a two-line zone holds it; a TD1 name line begins with the surname."""

@@ -310,24 +310,68 @@ def with_name_check(pixels: np.ndarray, lines: Sequence[OcrLine], reading: Docum
 
 def name_agrees(pixels: np.ndarray, lines: Sequence[OcrLine], name: str) -> bool | None:
     """Whether the glyph reader reads the stored `name` on the zone's name line: the same words, in the same
-    order, or all but one cell the same where it finds the stored symbol plausible (`plausible_but_one`). None
-    when the first reader's name line is not among the zone's rows or cannot be cut into cells.
+    order, or all but one cell the same where it finds the stored symbol plausible (`plausible_but_one`).
+
+    The name line is the zone row that holds the surname (`name_line`); where no row does (the first reader lost
+    or garbled the line, and the name stored is the printed one), the row where a two-line zone puts it
+    (`lost_name_row`), taken only when the glyph reader reads a name line there (`_reads_as_name_line`). None
+    when neither is found or the line cannot be cut into cells.
 
     The words are compared with the stored name, the first reader's line after the zone decoder's repairs, not
     with that line as recognised: a filler the recogniser lost between surname and given name ("GU0<JIANWEN"),
     or one it read as a letter after the name ("SARA<<<<K"), is repaired by the decoder, and a second reader that
     reads the repaired name letter for letter agrees with the value stored."""
     found = name_line(lines, name)
-    if found is None:
-        return None
-    boxes, width, first = found
-    row = _located_row(lines, boxes)
-    if row is None:
-        return None
-    read = read_row(pixels, row, width, name_mask(width, first))
+    if found is not None:
+        boxes, width, first = found
+        row = _located_row(lines, boxes)
+        read = read_row(pixels, row, width, name_mask(width, first)) if row is not None else None
+    else:
+        lost = lost_name_row(lines)
+        if lost is None:
+            return None
+        row, width, first = lost
+        read = read_row(pixels, row, width, name_mask(width, first))
+        if read is not None and not _reads_as_name_line(read.text, first):
+            return None
     if read is None:
         return None
     return names(read.text[first:]) == name or plausible_but_one(read, first, name)
+
+
+def lost_name_row(lines: Sequence[OcrLine]) -> tuple[Row, int, int] | None:
+    """Where a two-line zone's name line lies when the first reader did not read it as the name (blur or an
+    occluder garbled it, or left it out of the zone's boxes): the located row next above the zone's last row, its
+    data line (`mrz_reread.locate_rows` predicts a row the first pass missed one line pitch away), with the
+    line's length and where its name field starts. None unless the zone is a two-line one whose last row reads as
+    a data line (a TD1 card's name line is its last, after the number and dates)."""
+    rows = _zone_rows(lines)
+    if not rows:
+        return None
+    length = _zone_length(rows)
+    if length < _TWO_LINE_MIN or sum(c.isdigit() for c in _row_text(rows[-1])) < _DATA_LINE_DIGITS:
+        return None
+    middle = float(np.mean([x.middle for x in rows[-1]]))
+    above = [r for r in locate_rows(lines) if r.cy < middle - 0.6 * r.height]
+    if not above:
+        return None
+    return max(above, key=lambda r: r.cy), 44 if length >= 40 else 36, _TWO_LINE_NAME_AT
+
+
+# A zone whose lines are this long or longer is a two-line one (TD2 and MRV-B 36, TD3 and MRV-A 44; TD1 is 30).
+_TWO_LINE_MIN = 33
+# A two-line zone's data line holds a document number, two dates and check digits: at least this many digits
+# (a name line holds none).
+_DATA_LINE_DIGITS = 12
+
+
+def _reads_as_name_line(text: str, first: int) -> bool:
+    """Whether a glyph reading of a row is a zone's name line: an ICAO document code, then letters or fillers only
+    (the issuing state and the name field), with the `<<` that ends a surname or the field."""
+    return text[:1] in _DOCUMENT_CODES and all(c.isalpha() or c == "<" for c in text[2:]) and "<<" in text[first:]
+
+
+_DOCUMENT_CODES = "ACIPV"  # ICAO 9303: a zone's first character (passport P, visa V, an identity card A, C or I)
 
 
 # The glyph reader's probability of the stored symbol, in the one cell where it reads another, from which the two
