@@ -283,9 +283,10 @@ _ZONE_FORMAT = "icao_mrz"  # ICAO 9303 layouts: the name field's place is fixed 
 
 
 def wanted(reading: DocumentReading) -> bool:
-    """Whether a reading's name is worth a second reader: an ICAO zone's name present, the zone's own spelling
-    (not respelled as printed, no debris among its fillers, not continued by the printed name: those classes stand
-    as they are), that the printed zone does not confirm or confirms at a raw score under `UNSURE_CONFIRMED_NAME`."""
+    """Whether a reading's name is worth a second reader: a name present on a page whose ICAO zone was decoded, the
+    zone's own spelling or, where the zone's name line was lost, the printed name (not respelled as printed, no
+    debris among the zone's fillers, not continued by the printed name: those classes stand as they are), that the
+    printed zone does not confirm or confirms at a raw score under `UNSURE_CONFIRMED_NAME`."""
     name = reading.states.get("name")
     if reading.format != _ZONE_FORMAT or name is None or name.state != "present":
         return False
