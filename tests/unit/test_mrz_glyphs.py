@@ -232,12 +232,14 @@ def test_a_name_line_the_first_reader_lost_is_read_where_the_zone_puts_it() -> N
     assert mrz_glyphs.name_agrees(page, lines, "ERIKSSON ANNA MARIE") is False
 
 
-def test_no_name_line_above_a_lone_data_line_is_no_judgement() -> None:
-    """Blank paper (or anything that does not read as a zone's name line) above a lone data line leaves the name
-    unjudged, neither agreement nor disagreement; a TD1 card's rows say nothing of where its name line is."""
+@pytest.mark.parametrize("above", ["", "<" * 44], ids=["blank paper", "no document code"])
+def test_no_name_line_above_a_lone_data_line_is_no_judgement(above: str) -> None:
+    """Blank paper, or a row that does not read as a zone's name line (fillers only: no document code), above a
+    lone data line leaves the name unjudged, neither agreement nor disagreement; a TD1 card's rows say nothing of
+    where its name line is."""
     from pipeline.formats.lines import OcrLine
 
-    page = render_zone("ocrb", ("<" * 44, ZONES[0][1]), 22, 0.8)
+    page = render_zone("ocrb", (above, ZONES[0][1]), 22, 0.8)
     lines = [x for x in backend.ocr_lines(page) if any(c.isdigit() for c in x.text)]
     assert mrz_glyphs.lost_name_row(lines) is not None
     assert mrz_glyphs.name_agrees(page, lines, "ERIKSSON ANNA MARIA") is None
