@@ -326,16 +326,10 @@ def name_agrees(pixels: np.ndarray, lines: Sequence[OcrLine], name: str) -> bool
     if found is not None:
         boxes, width, first = found
         row = _located_row(lines, boxes)
-        read = read_row(pixels, row, width, name_mask(width, first)) if row is not None else None
     else:
-        lost = lost_name_row(lines)
-        if lost is None:
-            return None
-        row, width, first = lost
-        read = read_row(pixels, row, width, name_mask(width, first))
-        if read is not None and not _reads_as_name_line(read.text, first):
-            return None
-    if read is None:
+        row, width, first = lost_name_row(lines) or (None, 0, 0)
+    read = read_row(pixels, row, width, name_mask(width, first)) if row is not None else None
+    if read is None or (found is None and not _reads_as_name_line(read.text, first)):
         return None
     return names(read.text[first:]) == name or plausible_but_one(read, first, name)
 
@@ -356,7 +350,7 @@ def lost_name_row(lines: Sequence[OcrLine]) -> tuple[Row, int, int] | None:
     above = [r for r in locate_rows(lines) if r.cy < middle - 0.6 * r.height]
     if not above:
         return None
-    return max(above, key=lambda r: r.cy), 44 if length >= 40 else 36, _TWO_LINE_NAME_AT
+    return max(above, key=lambda r: r.cy), _two_line_width(length), _TWO_LINE_NAME_AT
 
 
 # A zone whose lines are this long or longer is a two-line one (TD2 and MRV-B 36, TD3 and MRV-A 44; TD1 is 30).
@@ -425,8 +419,14 @@ def name_line(lines: Sequence[OcrLine], name: str) -> tuple[list[OcrLine], int, 
     # a two-line zone's name line is its first; where that line's start was misread, the two readers' names will
     # differ (a disagreement)
     if _row_text(rows[0]).translate(TO_ALPHA).find(surname) > 0:
-        return rows[0], 44 if _zone_length(rows) >= 40 else 36, _TWO_LINE_NAME_AT
+        return rows[0], _two_line_width(_zone_length(rows)), _TWO_LINE_NAME_AT
     return None
+
+
+def _two_line_width(length: float) -> int:
+    """A two-line zone's line length from how long its rows read (`_zone_length`): 44 (TD3, MRV-A) from 40 on,
+    else 36 (TD2, MRV-B)."""
+    return 44 if length >= 40 else 36
 
 
 def _zone_length(rows: list[list[OcrLine]]) -> float:
