@@ -1,11 +1,13 @@
-"""A run you can watch: `idflow run data/sample` against a real `prefect server start` shows its batches as task runs
-with their counts (read through the API and seen in headless Chromium), and no artifact of the run holds a full
-name or document number (the Parquet results, which may, are the reference).
+"""A run you can watch: `idflow run data/sample` as a new user runs it (no Prefect API configured, so idflow starts
+its local server, which stays up for the link the run printed) shows its batches as task runs with their counts
+(read through the API and seen in headless Chromium), ends saying where to look, and no artifact of the run holds a
+full name or document number (the Parquet results, which may, are the reference). One run serves every test here:
+each proves a view of the same run.
 
-The runs read the sample through a loopback model answering each page from the sample's ground truth
+The run reads the sample through a loopback model answering each page from the sample's ground truth
 (tests/support/mistake_server.py, no mistakes): what is proven here is the run's Prefect side, its last lines and the
-UI, the same for every backend; the embedded reader's runs of the sample are tested in test_flow_extract.py (reading
-the 15 pages with it twice here took most of four minutes)."""
+UI, the same for every backend; the embedded reader's runs of the sample are tested in test_flow_extract.py. Runs on
+a `prefect server start` of the user's own are in test_ops_e2e.py, test_sharded.py and test_canary_nightly.py."""
 
 from __future__ import annotations
 
@@ -26,10 +28,11 @@ from tests.support.browser import Browser, BrowserBinaries
 from tests.support.idflow_process import idflow, run_env
 from tests.support.mistake_server import truth_model
 from tests.support.paths import REPO
-from tests.support.prefect_server import Stack, prefect_server, wait_for
+from tests.support.prefect_server import call_api, wait_for
 
 BATCH = 4
 KEY = "sk-flow-ui-5e1d8b"
+LINK = re.compile(r"View at (http://127\.0\.0\.1:\d+/runs/flow-run/([0-9a-f-]{36}))")
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -40,82 +43,6 @@ def model() -> Iterator[dict[str, str]]:
     environment that points a run's `openai` backend at it."""
     with truth_model(REPO / "data" / "sample_ground_truth.json", KEY) as env:
         yield env
-
-
-@pytest.fixture(scope="module")
-def watched(tmp_path_factory: pytest.TempPathFactory, model: dict[str, str]) -> Iterator[tuple[Stack, str, Path]]:
-    tmp = tmp_path_factory.mktemp("ui")
-    with prefect_server(tmp) as stack:
-        out = tmp / "out"
-        done = subprocess.run([sys.executable, "-m", "idflow", "run", str(REPO / "data" / "sample"), "--out", str(out)],
-                              env={**stack.env, **model, "IDFLOW_BATCH_SIZE": str(BATCH)}, cwd=tmp,
-                              capture_output=True, text=True, timeout=1200)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        (summary,) = [json.loads(p.read_text()) for p in (out / RUNS).glob("*.json")]
-        yield stack, summary["run_id"], out
-
-
-def _task_runs(stack: Stack, flow_run_id: str) -> list:
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    return stack.call(lambda c: c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))))
-
-
-def _logs(stack: Stack, flow_run_id: str) -> list:
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-
-    return stack.call(lambda c: c.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))))
-
-
-def test_each_batch_is_a_completed_task_run_whose_log_gives_its_counts(watched: tuple[Stack, str, Path]) -> None:
-    stack, flow_run_id, out = watched
-    summary = json.loads((out / RUNS / f"{flow_run_id}.json").read_text())
-    batches = sorted((t for t in _task_runs(stack, flow_run_id) if t.name.startswith("batch-")), key=lambda t: t.name)
-    assert [t.name for t in batches] == [f"batch-{i:05d}" for i in range(1, math.ceil(summary["seen"] / BATCH) + 1)]
-    assert all(t.state is not None and t.state.is_completed() for t in batches)
-    counts = [m.message for m in _logs(stack, flow_run_id) if m.message.startswith("batch ")]
-    assert len(counts) == len(batches)
-    documents = sum(int(line.split(": ", 1)[1].split(" documents")[0]) for line in counts)
-    assert documents == summary["seen"] == summary["results"] + summary["failures"] + summary["skipped"]
-
-
-def test_no_artifact_holds_a_name_or_a_number(watched: tuple[Stack, str, Path]) -> None:
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-    stack, flow_run_id, out = watched
-    rows = ds.dataset(out / RESULTS, format="parquet", partitioning="hive").to_table(
-        columns=["name", "id_number"]).to_pylist()
-    personal = {v for r in rows for v in (r["name"], r["id_number"]) if v and len(v) >= 2}
-    assert len(personal) >= 10  # the sample's records do carry names and numbers
-    artifacts = stack.call(lambda c: c.read_artifacts(
-        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))))
-    assert {"idflow-run-summary", "idflow-results", "idflow-batches"} <= {a.key for a in artifacts}
-    for artifact in artifacts:
-        text = json.dumps(artifact.data, ensure_ascii=False) + (artifact.description or "")
-        leaked = sorted(v for v in personal if v in text)
-        assert leaked == [], f"{artifact.key} holds {len(leaked)} personal values"
-    run = stack.call(lambda c: c.read_flow_run(flow_run_id))
-    assert not any(v in run.name or v in json.dumps(run.parameters, ensure_ascii=False) for v in personal)
-
-
-def test_the_ui_shows_the_batches_and_their_counts(browser_binaries: BrowserBinaries,
-                                                   watched: tuple[Stack, str, Path],
-                                                   tmp_path: Path) -> None:
-    stack, flow_run_id, _ = watched
-    with Browser(tmp_path, browser_binaries) as browser:
-        browser.open(f"{stack.url}/runs/flow-run/{flow_run_id}")
-        browser.click(browser.wait_for_element("css selector", "li#task-runs"))
-        wait_for(lambda: "batch-00001" in browser.text(), 60, "the batch task runs on the Task Runs tab")
-        browser.screenshot(tmp_path / "flow-run-task-runs.png")
-        browser.click(browser.wait_for_element("css selector", "li#logs"))
-        text = wait_for(lambda: (t := browser.text()) and "batch 1: " in t and t, 60, "the batch counts in the logs")
-        browser.screenshot(tmp_path / "flow-run-logs.png")
-    assert f"batch 1: {BATCH} documents" in text
-
-
-# --------------------------------------------------------------------------- the local server idflow starts itself
-
-LINK = re.compile(r"View at (http://127\.0\.0\.1:\d+/runs/flow-run/([0-9a-f-]{36}))")
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +64,63 @@ def local_run(tmp_path_factory: pytest.TempPathFactory, model: dict[str, str]) -
                        capture_output=True, timeout=120)
 
 
+def _api(link: str) -> str:
+    """The API of the server whose UI `link` points into."""
+    return f"{link.split('/runs/')[0]}/api"
+
+
+def _out(local_run: tuple[str, str, str, Path]) -> Path:
+    return local_run[3].parent / "out"
+
+
+def _task_runs(api: str, flow_run_id: str) -> list:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    return call_api(api, lambda c: c.read_task_runs(
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))))
+
+
+def _logs(api: str, flow_run_id: str) -> list:
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    return call_api(api, lambda c: c.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(
+        any_=[flow_run_id]))))
+
+
+def test_each_batch_is_a_completed_task_run_whose_log_gives_its_counts(
+        local_run: tuple[str, str, str, Path]) -> None:
+    _, link, flow_run_id, _ = local_run
+    api = _api(link)
+    summary = json.loads((_out(local_run) / RUNS / f"{flow_run_id}.json").read_text())
+    batches = sorted((t for t in _task_runs(api, flow_run_id) if t.name.startswith("batch-")), key=lambda t: t.name)
+    assert [t.name for t in batches] == [f"batch-{i:05d}" for i in range(1, math.ceil(summary["seen"] / BATCH) + 1)]
+    assert all(t.state is not None and t.state.is_completed() for t in batches)
+    counts = [m.message for m in _logs(api, flow_run_id) if m.message.startswith("batch ")]
+    assert len(counts) == len(batches)
+    documents = sum(int(line.split(": ", 1)[1].split(" documents")[0]) for line in counts)
+    assert documents == summary["seen"] == summary["results"] + summary["failures"] + summary["skipped"]
+
+
+def test_no_artifact_holds_a_name_or_a_number(local_run: tuple[str, str, str, Path]) -> None:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    _, link, flow_run_id, _ = local_run
+    api = _api(link)
+    rows = ds.dataset(_out(local_run) / RESULTS, format="parquet", partitioning="hive").to_table(
+        columns=["name", "id_number"]).to_pylist()
+    personal = {v for r in rows for v in (r["name"], r["id_number"]) if v and len(v) >= 2}
+    assert len(personal) >= 10  # the sample's records do carry names and numbers
+    artifacts = call_api(api, lambda c: c.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))))
+    assert {"idflow-run-summary", "idflow-results", "idflow-batches"} <= {a.key for a in artifacts}
+    for artifact in artifacts:
+        text = json.dumps(artifact.data, ensure_ascii=False) + (artifact.description or "")
+        leaked = sorted(v for v in personal if v in text)
+        assert leaked == [], f"{artifact.key} holds {len(leaked)} personal values"
+    run = call_api(api, lambda c: c.read_flow_run(flow_run_id))
+    assert not any(v in run.name or v in json.dumps(run.parameters, ensure_ascii=False) for v in personal)
+
+
 def test_the_run_ends_saying_where_to_look_and_what_needs_a_person(local_run: tuple[str, str, str, Path]) -> None:
     console, link, flow_run_id, _ = local_run
     last = [line for line in console.splitlines() if line.strip()][-3:]
@@ -151,18 +135,22 @@ def test_the_run_ends_saying_where_to_look_and_what_needs_a_person(local_run: tu
     assert d["expired"] == 1 and d["by_issuer"]["CHN"] == 8  # the sample's expired passport; its PRC documents
 
 
-def test_the_link_a_run_printed_opens_the_flow_run_with_its_batches(browser_binaries: BrowserBinaries,
-                                                                    local_run: tuple[str, str, str, Path],
-                                                                    tmp_path: Path) -> None:
-    _, link, flow_run_id, home = local_run
+def test_the_link_a_run_printed_opens_the_flow_run_with_its_batches_and_their_counts(
+        browser_binaries: BrowserBinaries, local_run: tuple[str, str, str, Path], tmp_path: Path) -> None:
+    _, link, flow_run_id, _ = local_run
     with Browser(tmp_path, browser_binaries) as browser:
         browser.open(link)
         browser.click(browser.wait_for_element("css selector", "li#task-runs"))
         wait_for(lambda: "batch-00001" in browser.text(), 120, "the batch task runs on the Task Runs tab")
-        text = browser.text()
-        browser.screenshot(tmp_path / "local-flow-run.png")
-    name = json.loads(urllib.request.urlopen(f"{link.split('/runs/')[0]}/api/flow_runs/{flow_run_id}").read())["name"]
-    assert name in text  # the run's own page, not the UI's landing page
+        runs_tab = browser.text()
+        browser.screenshot(tmp_path / "flow-run-task-runs.png")
+        browser.click(browser.wait_for_element("css selector", "li#logs"))
+        logs_tab = wait_for(lambda: (t := browser.text()) and "batch 1: " in t and t, 60,
+                            "the batch counts in the logs")
+        browser.screenshot(tmp_path / "flow-run-logs.png")
+    name = json.loads(urllib.request.urlopen(f"{_api(link)}/flow_runs/{flow_run_id}").read())["name"]
+    assert name in runs_tab  # the run's own page, not the UI's landing page
+    assert f"batch 1: {BATCH} documents" in logs_tab
 
 
 def test_idflow_ui_keeps_a_server_with_the_ui_up_until_stopped(local_run: tuple[str, str, str, Path],

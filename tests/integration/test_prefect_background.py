@@ -22,8 +22,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-
 from tests.support.chat_server import ChatServer, ServerConfig
 from tests.support.idflow_process import REPO, idflow, no_server_left, prefect_servers, run_env, unique_scans
 from tests.support.prefect_server import wait_for
@@ -69,43 +67,53 @@ def test_run_on_a_saturated_cpu_succeeds_quietly_and_stops_its_server(tmp_path: 
 
 
 # SIGTERM: the flow body is cancelled at its await (flows/sigterm.py) and ends with TerminationSignal; the engine's
-# stages unwind, the run's parts are flushed and Prefect marks the run Crashed.
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_killed_run_leaves_no_prefect_server(tmp_path: Path, sig: signal.Signals) -> None:
-    scans = unique_scans(tmp_path / "in", 400)
+# stages unwind, the run's parts are flushed and Prefect marks the run Crashed. SIGKILL: nothing of the run is left
+# to say so; the next run on the machine marks it Crashed (flows/run_lease.py).
+def test_killed_runs_leave_no_prefect_server(tmp_path: Path) -> None:
+    """A run stopped by SIGTERM, then one killed by SIGKILL, in one Prefect home: each lets go of its server, which
+    stops; a later run finds the first marked Crashed by itself and marks the second."""
     with ChatServer(ServerConfig(api_key=KEY, latency_s=0.3, max_concurrency=1)) as chat:
         env = run_env(tmp_path, IDFLOW_BACKEND="openai", TAOTOKEN_API_KEY=KEY, TAOTOKEN_MODEL="test-vlm",
                       TAOTOKEN_BASE_URL=chat.base_url, IDFLOW_FLUSH_EVERY="1", IDFLOW_BATCH_SIZE="1",
                       IDFLOW_CONCURRENCY="1")
-        proc = idflow("run", str(scans), "--out", str(tmp_path / "out"), env=env, cwd=tmp_path,
-                      log=tmp_path / "run.log")
-        try:
-            # The first Parquet part: the flow is running on the run's own server, with most pages to go.
-            wait_for(lambda: any((tmp_path / "out").rglob("*.parquet")) or proc.poll() is not None, 900,
-                     "the first Parquet part", every=0.2)
-            assert proc.poll() is None, (tmp_path / "run.log").read_text(errors="replace")[-3000:]
-            servers = prefect_servers(tmp_path / "prefect-home")
-            assert len(servers) == 1, servers
-            os.kill(proc.pid, sig)
-            code = proc.wait(timeout=120)  # SIGTERM: Prefect marks the flow run Crashed first, then it stops
-            assert code != 0, "the run finished all its pages instead of stopping"
-            if sig == signal.SIGTERM:  # one line and the shell's code for it, not a traceback
-                output = (tmp_path / "run.log").read_text(errors="replace")
-                assert code == 128 + signal.SIGTERM and "stopped by signal 15" in output, output[-3000:]
-                assert "Traceback" not in output, output[-3000:]
-            no_server_left(tmp_path / "prefect-home")
-            # The next run shows the killed one as Crashed in Prefect: SIGTERM's own report, SIGKILL's by that run.
-            after = _run_after_a_kill(tmp_path, env)
-            states = {run["name"]: run["state_type"] for run in _flow_runs(tmp_path / "prefect-home")}
-            assert states == {"extract in (400 files)": "CRASHED", "extract empty (0 files)": "COMPLETED"}, states
-            assert ("marked Crashed" in after) == (sig == signal.SIGKILL), after[-3000:]
-            assert not any((tmp_path / "prefect-home" / "idflow-runs").iterdir())  # both leases gone
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            for pid in prefect_servers(tmp_path / "prefect-home"):  # never leave one behind, even on failure
-                os.kill(pid, signal.SIGKILL)
+        for name, sig in (("term", signal.SIGTERM), ("kill", signal.SIGKILL)):
+            _kill_a_run(tmp_path, env, name, sig)
+    after = _run_after_a_kill(tmp_path, env)
+    states = {run["name"]: run["state_type"] for run in _flow_runs(tmp_path / "prefect-home")}
+    assert states == {"extract term (400 files)": "CRASHED", "extract kill (400 files)": "CRASHED",
+                      "extract empty (0 files)": "COMPLETED"}, states
+    assert "'extract kill (400 files)' marked Crashed" in after, after[-3000:]
+    assert "'extract term (400 files)' marked Crashed" not in after, after[-3000:]  # it said so itself
+    assert not any((tmp_path / "prefect-home" / "idflow-runs").iterdir())  # every lease gone
+
+
+def _kill_a_run(tmp_path: Path, env: dict[str, str], name: str, sig: signal.Signals) -> None:
+    """`idflow run` on 400 scans in folder `name`, sent `sig` once its first Parquet part is stored: it stops
+    short of its pages and leaves no server behind."""
+    scans = unique_scans(tmp_path / name, 400)
+    out, log = tmp_path / f"out-{name}", tmp_path / f"{name}.log"
+    proc = idflow("run", str(scans), "--out", str(out), env=env, cwd=tmp_path, log=log)
+    try:
+        # The first Parquet part: the flow is running on the run's own server, with most pages to go.
+        wait_for(lambda: any(out.rglob("*.parquet")) or proc.poll() is not None, 900, "the first Parquet part",
+                 every=0.2)
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+        servers = prefect_servers(tmp_path / "prefect-home")
+        assert len(servers) == 1, servers
+        os.kill(proc.pid, sig)
+        code = proc.wait(timeout=120)  # SIGTERM: Prefect marks the flow run Crashed first, then it stops
+        assert code != 0, "the run finished all its pages instead of stopping"
+        if sig == signal.SIGTERM:  # one line and the shell's code for it, not a traceback
+            output = log.read_text(errors="replace")
+            assert code == 128 + signal.SIGTERM and "stopped by signal 15" in output, output[-3000:]
+            assert "Traceback" not in output, output[-3000:]
+        no_server_left(tmp_path / "prefect-home")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in prefect_servers(tmp_path / "prefect-home"):  # never leave one behind, even on failure
+            os.kill(pid, signal.SIGKILL)
 
 
 def _run_after_a_kill(tmp_path: Path, env: dict[str, str]) -> str:

@@ -122,15 +122,20 @@ class Stack:
 
     def call(self, fn: Callable[..., Any]) -> Any:
         """Run `async fn(client)` against this server from the test process."""
-        from prefect.client.orchestration import get_client
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+        return call_api(self.api, fn)
 
-        async def main() -> Any:
-            with temporary_settings({PREFECT_API_URL: self.api}):
-                async with get_client() as client:
-                    return await fn(client)
 
-        return asyncio.run(main())
+def call_api(api: str, fn: Callable[..., Any]) -> Any:
+    """Run `async fn(client)` against the Prefect API at `api` from the test process."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    async def main() -> Any:
+        with temporary_settings({PREFECT_API_URL: api}):
+            async with get_client() as client:
+                return await fn(client)
+
+    return asyncio.run(main())
 
 
 S = TypeVar("S", bound=Stack)
