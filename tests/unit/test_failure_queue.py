@@ -4,6 +4,7 @@ document with its attempts, which entries are retried, and resolutions recorded 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
@@ -25,6 +26,7 @@ from pipeline.store.parquet import (
     RESULTS,
     failure_row,
     read_table,
+    run_input_dir,
     write_part,
     write_run_summary,
 )
@@ -218,3 +220,12 @@ def test_retry_run_writes_a_summary_without_an_input_folder(queue: tuple[Path, P
     inbox, out = queue
     retry(out, FakeBackend(), "r2")
     assert set(folders_done_by_runs(out)) == {str(inbox.resolve())}
+
+
+def test_an_older_summary_with_its_folder_in_full_is_still_read(tmp_path: Path) -> None:
+    """A summary written before OUT's sources file kept the exact folder: its own `input_dir` is the folder."""
+    folder = tmp_path / "in"
+    summary = {"run_id": "old", "input_dir": str(folder), "input_dir_hex": bytes(str(folder), "utf-8").hex()}
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "old.json").write_text(json.dumps(summary))
+    assert run_input_dir(summary, tmp_path) == folder and input_dirs(tmp_path) == {"old": folder}
