@@ -537,7 +537,8 @@ def _decode_noisy(fmt: MrzFormat, lines: list[str], today: date, has_name_line: 
     return best
 
 
-_DOC_CODE_START: dict[MrzFormat, str] = {"TD1": "ACI", "TD2": "ACI", "TD3": "P", "MRVA": "V", "MRVB": "V"}
+# The characters a format's document code may start with (ICAO 9303).
+DOC_CODE_START: dict[MrzFormat, str] = {"TD1": "ACI", "TD2": "ACI", "TD3": "P", "MRVA": "V", "MRVB": "V"}
 
 
 def _layout_errors(fmt: MrzFormat, raw: _Raw, has_name_line: bool) -> int:
@@ -545,7 +546,7 @@ def _layout_errors(fmt: MrzFormat, raw: _Raw, has_name_line: bool) -> int:
     or numbers with a character after a filler although these fields are left-justified (the signature
     of a filler inserted at the wrong place by a length repair)."""
     fields = [raw.number, raw.nationality] + ([raw.doc_code, raw.country] if has_name_line else [])
-    wrong_code = has_name_line and raw.doc_code[:1] not in _DOC_CODE_START[fmt]
+    wrong_code = has_name_line and raw.doc_code[:1] not in DOC_CODE_START[fmt]
     return sum(re.search(r"<[^<]", f) is not None for f in fields) + wrong_code
 
 

@@ -126,8 +126,8 @@ def test_the_run_ends_saying_where_to_look_and_what_needs_a_person(local_run: tu
     last = [line for line in console.splitlines() if line.strip()][-3:]
     assert last[0].startswith(f"Prefect UI: {link} (the local Prefect server stays up 15 min after the last run "
                               "ends; `idflow ui` keeps it up"), last
-    assert last[1] == f"review page: {Path(local_run[3].parent / 'out' / 'review' / f'{flow_run_id}.html')}", last
-    summary = json.loads((local_run[3].parent / "out" / RUNS / f"{flow_run_id}.json").read_text())
+    assert last[1] == f"review page: {_out(local_run) / 'review' / f'{flow_run_id}.html'}", last
+    summary = json.loads((_out(local_run) / RUNS / f"{flow_run_id}.json").read_text())
     d = summary["decisions"]
     assert last[2].startswith(f"{d['auto_accepted']} auto-accepted, {d['to_review']} to review, "
                               f"{d['failed']} failed (auto-accepted: every field's confidence at least 0.95"), last

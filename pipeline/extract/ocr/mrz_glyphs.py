@@ -29,7 +29,7 @@ import numpy as np
 
 from pipeline.extract.ocr.mrz_reread import Row, locate_rows, refine, strip
 from pipeline.formats.document import NAME_EXTENDED_CHECK, DocumentReading, OcrLine, zone_boxes_of
-from pipeline.formats.mrz import NAME_FILLERS_CHECK, TO_ALPHA, clean_ocr_line
+from pipeline.formats.mrz import DOC_CODE_START, NAME_FILLERS_CHECK, TO_ALPHA, clean_ocr_line
 from pipeline.formats.national_mrz import names
 from pipeline.formats.zone import NAME_RESPELLED_CHECK, NAME_TWO_READERS_CHECK
 
@@ -366,7 +366,8 @@ def _reads_as_name_line(text: str, first: int) -> bool:
     return text[:1] in _DOCUMENT_CODES and all(c.isalpha() or c == "<" for c in text[2:]) and "<<" in text[first:]
 
 
-_DOCUMENT_CODES = "ACIPV"  # ICAO 9303: a zone's first character (passport P, visa V, an identity card A, C or I)
+# A zone's first character, any format's (passport P, visa V, an identity card A, C or I)
+_DOCUMENT_CODES = "".join(sorted(set("".join(DOC_CODE_START.values()))))
 
 
 # The glyph reader's probability of the stored symbol, in the one cell where it reads another, from which the two
