@@ -82,7 +82,7 @@ def test_review_flow_refuses_a_wrong_check_digit_and_stores_the_right_correction
                                                                                  tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
 
-    inbox = review_inputs(tmp_path / "in", with_sample=False, blurred={"cn_front.jpg": 4})
+    inbox = review_inputs(tmp_path / "in", blurred={"cn_front.jpg": 4})
     (inbox / "truncated.png").write_bytes((REPO / "data" / "sample" / "truncated.png").read_bytes())
     out = tmp_path / "out"
     env = _env(prefect_api)

@@ -1,7 +1,11 @@
-"""The review page in real headless Chromium: a run over data/sample plus a few blurred (low-confidence or
-unreadable) documents; every failure and every record below the threshold is on the page, each with its
-picture when the page can be prepared; the page is self-contained. A screenshot is kept in the temp folder
-(or IDFLOW_SCREENSHOT_DIR)."""
+"""The review page in real headless Chromium: a run over a few blurred (low-confidence or unreadable) documents,
+the sample's two files that cannot be read, its skipped file and two of its pages read right; every failure and
+every record below the threshold is on the page, each with its picture when the page can be prepared, and the
+records read right are not; the page is self-contained. A screenshot is kept in the temp folder (or
+IDFLOW_SCREENSHOT_DIR).
+
+The run reads only the sample pages a view needs: each page is an embedded reading of a few seconds, and the
+sample's reading as a whole is tested in test_flow_extract.py."""
 
 from __future__ import annotations
 
@@ -24,6 +28,9 @@ from tests.support.paths import REPO
 from tests.support.review_data import BLURRED, review_inputs
 
 THRESHOLD = 0.9
+# failures (one at ingest, one at preprocess), a skipped file and two pages auto-accepted, whose blurred copies are
+# on the page
+SAMPLE_FILES = ("broken.jpg", "truncated.png", "notes.tmp", "cn_front.jpg", "passport_td3.jpg")
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -32,7 +39,7 @@ pytestmark = pytest.mark.timeout(900)
 def reviewed_run(prefect_api: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     """(input folder, OUT) after `idflow run` over the inputs (a real run against the test Prefect server)."""
     tmp = tmp_path_factory.mktemp("review")
-    inbox = review_inputs(tmp / "in")
+    inbox = review_inputs(tmp / "in", sample=SAMPLE_FILES)
     out = tmp / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_API_URL": prefect_api}
     done = subprocess.run([sys.executable, "-m", "idflow", "run", str(inbox), "--out", str(out)], env=env,
@@ -95,6 +102,7 @@ def test_review_page_shows_every_failure_and_flagged_record_with_its_picture(
     assert {f"blurred_{Path(n).stem}.jpg" for n in BLURRED} <= set(expected)  # the blurred ones need a person
     assert sum(kind == "low_confidence" for kind in expected.values()) >= 3
     assert {"broken.jpg", "truncated.png"} <= set(expected)
+    assert not {"cn_front.jpg", "passport_td3.jpg"} & set(expected)  # read right: not for a person
 
     shots = Path(os.environ.get("IDFLOW_SCREENSHOT_DIR", pages[0].parent.parent.parent))
     shots.mkdir(parents=True, exist_ok=True)

@@ -25,11 +25,11 @@ def blurred_copy(name: str, radius: int, folder: Path) -> Path:
     return target
 
 
-def review_inputs(folder: Path, *, with_sample: bool = True, blurred: dict[str, int] | None = None) -> Path:
-    """`folder` filled with the sample tree (optional) and the blurred copies; returns it."""
-    if with_sample:
-        shutil.copytree(SAMPLE, folder)
+def review_inputs(folder: Path, *, sample: tuple[str, ...] = (), blurred: dict[str, int] | None = None) -> Path:
+    """`folder` filled with the named files of the sample and the blurred copies; returns it."""
     folder.mkdir(parents=True, exist_ok=True)
+    for name in sample:
+        shutil.copy(SAMPLE / name, folder / name)
     for name, radius in (BLURRED if blurred is None else blurred).items():
         blurred_copy(name, radius, folder)
     return folder
