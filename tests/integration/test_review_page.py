@@ -1,5 +1,5 @@
 """The review page in real headless Chromium: a run over a few blurred (low-confidence or unreadable) documents,
-the sample's two files that cannot be read, its skipped file and two of its pages read right; every failure and
+the sample's two files that cannot be read and two of its pages read right; every failure and
 every record below the threshold is on the page, each with its picture when the page can be prepared, and the
 records read right are not; the page is self-contained. A screenshot is kept in the temp folder (or
 IDFLOW_SCREENSHOT_DIR).
@@ -28,9 +28,8 @@ from tests.support.paths import REPO
 from tests.support.review_data import BLURRED, review_inputs
 
 THRESHOLD = 0.9
-# failures (one at ingest, one at preprocess), a skipped file and two pages auto-accepted, whose blurred copies are
-# on the page
-SAMPLE_FILES = ("broken.jpg", "truncated.png", "notes.tmp", "cn_front.jpg", "passport_td3.jpg")
+# failures (one at ingest, one at preprocess) and two pages auto-accepted, whose blurred copies are on the page
+SAMPLE_FILES = ("broken.jpg", "truncated.png", "cn_front.jpg", "passport_td3.jpg")
 
 pytestmark = pytest.mark.timeout(900)
 

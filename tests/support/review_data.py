@@ -1,5 +1,5 @@
-"""Inputs for the review tests: data/sample plus a few blurred copies the OCR reads with low confidence
-(or not at all), made on the fly from the samples (nothing new stored in the repository)."""
+"""Inputs for the review tests: files of data/sample and blurred copies of its pages that the OCR reads with low
+confidence (or not at all), made on the fly from the samples (nothing new stored in the repository)."""
 
 from __future__ import annotations
 
