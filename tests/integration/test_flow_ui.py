@@ -148,7 +148,7 @@ def test_the_link_a_run_printed_opens_the_flow_run_with_its_batches_and_their_co
         logs_tab = wait_for(lambda: (t := browser.text()) and "batch 1: " in t and t, 60,
                             "the batch counts in the logs")
         browser.screenshot(tmp_path / "flow-run-logs.png")
-    name = json.loads(urllib.request.urlopen(f"{_api(link)}/flow_runs/{flow_run_id}").read())["name"]
+    name = call_api(_api(link), lambda c: c.read_flow_run(flow_run_id)).name
     assert name in runs_tab  # the run's own page, not the UI's landing page
     assert f"batch 1: {BATCH} documents" in logs_tab
 
