@@ -151,8 +151,8 @@ def _probability_map(detector: object, tensor: np.ndarray) -> np.ndarray:
     for exactly this page's input shape, its buffers released once the map is out.
 
     Why: on this model OpenVINO takes under half the CPU of ONNX Runtime for the same map (the compile
-    included; on the shared real specimens, one core: 0.52 s a page against 0.99 s), differences near 1e-5.
-    Compiled for a dynamic shape, as RapidOCR's session is, it keeps buffers for the largest page it has seen
+    included; on the shared real specimens, one core: 0.52 s a page against 0.99 s), differences near 1e-5 in full
+    precision. Compiled for a dynamic shape, as RapidOCR's session is, it keeps buffers for the largest page it has seen
     (+0.5-1 GB on real pages), whereas a model compiled for one shape plans its memory for that shape and gives
     it back on `release_memory`. The last shape's compiled model is kept (~40 MB without its buffers), as pages
     of one scanner or phone share a shape and a compile costs about as much as the inference. A thread takes the
@@ -163,8 +163,11 @@ def _probability_map(detector: object, tensor: np.ndarray) -> np.ndarray:
             import openvino
 
             core = openvino.Core()
-            # no pinning: the recogniser and the prepare workers run on the same cores
-            core.set_property("CPU", {"INFERENCE_NUM_THREADS": usable_cores(), "ENABLE_CPU_PINNING": False})
+            # no pinning: the recogniser and the prepare workers run on the same cores. Full precision: on a CPU
+            # with bfloat16 instructions (AVX512_BF16, AMX) OpenVINO would otherwise infer in bfloat16, whose map
+            # differs from ONNX Runtime's by ~0.1 and moves boxes, so one page would read otherwise by machine.
+            core.set_property("CPU", {"INFERENCE_NUM_THREADS": usable_cores(), "ENABLE_CPU_PINNING": False,
+                                      "INFERENCE_PRECISION_HINT": "f32"})
             _openvino.append(core)
         compiled = _compiled.pop(shape, None)
         model = detector.session.model.clone() if compiled is None else None
