@@ -150,13 +150,15 @@ def _probability_map(detector: object, tensor: np.ndarray) -> np.ndarray:
     """The detector's output for one page: RapidOCR's detection model, as its OpenVINO session read it, compiled
     for exactly this page's input shape, its buffers released once the map is out.
 
-    Why: on this model OpenVINO takes under half the CPU of ONNX Runtime for the same map (the compile
-    included; on the shared real specimens, one core: 0.52 s a page against 0.99 s), differences near 1e-5 in full
-    precision. Compiled for a dynamic shape, as RapidOCR's session is, it keeps buffers for the largest page it has seen
-    (+0.5-1 GB on real pages), whereas a model compiled for one shape plans its memory for that shape and gives
-    it back on `release_memory`. The last shape's compiled model is kept (~40 MB without its buffers), as pages
-    of one scanner or phone share a shape and a compile costs about as much as the inference. A thread takes the
-    model it runs out of the cache, so no two threads ever run or release one model at once."""
+    Why: on the machine it was chosen on OpenVINO took under half the CPU of ONNX Runtime for the same map (the
+    compile included; on the shared real specimens, one core: 0.52 s a page against 0.99 s); on an AMD EPYC with
+    AVX-512 ONNX Runtime detects quicker (0.22 s against 0.31 s), but the whole reading is no quicker for it (1.14 s
+    a page either way). The maps differ by ~1e-5 in full precision. Compiled for a dynamic shape, as RapidOCR's
+    session is, it keeps buffers for the largest page it has seen (+0.5-1 GB on real pages), whereas a model
+    compiled for one shape plans its memory for that shape and gives it back on `release_memory`. The last shape's
+    compiled model is kept (~40 MB without its buffers), as pages of one scanner or phone share a shape and a
+    compile costs about as much as the inference. A thread takes the model it runs out of the cache, so no two
+    threads ever run or release one model at once."""
     shape = tuple(tensor.shape)
     with _lock:
         if not _openvino:
