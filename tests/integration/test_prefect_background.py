@@ -142,11 +142,19 @@ def _flow_runs(home: Path) -> list[dict]:
 
 
 def test_server_not_ready_in_time_is_one_clear_line(tmp_path: Path) -> None:
+    """The server's database accepts connections and never answers, so the server stays up and never ready
+    (however quick the machine: a bare 1 s timeout was met by a fast one)."""
     (tmp_path / "in").mkdir()
-    env = run_env(tmp_path, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="1")  # the user's own choice wins
-    proc = idflow("run", str(tmp_path / "in"), "--out", str(tmp_path / "out"), env=env, cwd=tmp_path,
-                  log=tmp_path / "run.log")
-    assert proc.wait(timeout=600) == 3
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        database = f"postgresql+asyncpg://idflow:idflow@127.0.0.1:{silent.getsockname()[1]}/prefect"
+        env = run_env(tmp_path, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="1",  # the user's own choice wins
+                      PREFECT_SERVER_DATABASE_CONNECTION_URL=database)
+        proc = idflow("run", str(tmp_path / "in"), "--out", str(tmp_path / "out"), env=env, cwd=tmp_path,
+                      log=tmp_path / "run.log")
+        code = proc.wait(timeout=600)
+    assert code == 3
     output = (tmp_path / "run.log").read_text(errors="replace")
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1 and "not ready after 1 s" in lines[0], output
