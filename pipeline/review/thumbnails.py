@@ -23,7 +23,7 @@ import numpy as np
 from pipeline.datamodel import FIELD_NAMES, DocumentRef, Failure, PreparedImage, Record
 from pipeline.ingest.discover import sha256_file
 from pipeline.prepare import Orientation, cap_long_edge, decode_jpeg, encode, prepare_page
-from pipeline.settings import PrepareSettings
+from pipeline.settings import PrepareSettings, ReviewSettings
 
 THUMBNAIL_LONG_EDGE = 480
 THUMBNAIL_QUALITY = 80
@@ -99,18 +99,26 @@ def rank_of(record: Record) -> tuple[float, str, int]:
 
 class RunThumbnails:
     """The thumbnails of the `limit` records of a run listed first on its review page (least confident first),
-    made from the pages the run prepared; the review page re-prepares whatever is not here. Thread-safe."""
+    made from the pages the run prepared; the review page re-prepares whatever is not here. Thread-safe.
 
-    def __init__(self, limit: int) -> None:
+    A record at or above the review `threshold` is auto-accepted and not on the page, so it gets no picture (most
+    of a run's records: making theirs cost a decode, a resize and a JPEG each for nothing). The rare accepted record
+    the page still lists, for its number's conflict with another record, is re-prepared there."""
+
+    def __init__(self, limit: int, threshold: float | None = None) -> None:
         self.limit = limit
+        self.threshold = ReviewSettings().threshold if threshold is None else threshold
         self._kept: list[tuple[tuple[float, str, int], str]] = []  # max-heap by rank (negated), of keys
         self._pictures: dict[str, Thumbnail] = {}
         self._lock = threading.Lock()
 
     def wanted(self, record: Record) -> bool:
         """Whether `record` would be kept (before its thumbnail is made)."""
+        rank = rank_of(record)
+        if rank[0] >= self.threshold:
+            return False
         with self._lock:
-            return len(self._kept) < self.limit or _negated(rank_of(record)) > self._kept[0][0]
+            return len(self._kept) < self.limit or _negated(rank) > self._kept[0][0]
 
     def keep(self, record: Record, page: PreparedImage) -> None:
         """Make and keep `record`'s thumbnail from its prepared page if it is among the first `limit`."""

@@ -101,6 +101,16 @@ def test_a_run_keeps_the_pictures_of_the_records_its_review_page_lists_first() -
     assert shown.size == (THUMBNAIL_LONG_EDGE, 300)
 
 
+def test_an_auto_accepted_record_gets_no_picture_even_with_room_left() -> None:
+    """Only what the review page lists is pictured: a record at or above the threshold is not on it."""
+    made = RunThumbnails(limit=3, threshold=0.95)
+    accepted, flagged = _record("a.jpg", 0.96), _record("b.jpg", 0.94)
+    for record in (accepted, flagged):
+        made.keep(record, record.prepared)
+    assert not made.wanted(accepted) and made.get(accepted.extraction.ref.key) is None
+    assert made.get(flagged.extraction.ref.key) is not None
+
+
 def test_a_page_sent_as_its_jpeg_alone_still_gets_its_picture() -> None:
     """A VLM run keeps only the JPEG it sent (`PreparedImage.sent_jpeg`): the picture is made from it, decoded by
     DCT scaling no smaller than the thumbnail, the same size as from the pixels."""
