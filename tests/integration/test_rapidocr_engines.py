@@ -1,8 +1,8 @@
 """The shared engine's two stages against RapidOCR's defaults on the same model files: the text detector runs on
 OpenVINO, compiled per page shape (`rapidocr_stages._probability_map`), and must give ONNX Runtime's map and
 boxes, also for pages detected from several threads at once; the recogniser runs on ONNX Runtime with an arena
-shrunk after every run (`rapidocr_stages._ArenaShrinkingSession`) and must read every crop as RapidOCR's own
-session (no arena) does."""
+shrunk after each large batch (`rapidocr_stages._ArenaShrinkingSession`) and must read every crop as RapidOCR's
+own session (no arena) does, after a large batch and after a small one."""
 
 from __future__ import annotations
 
@@ -63,12 +63,23 @@ def test_the_recogniser_with_its_shrunk_arena_reads_as_rapidocrs_own_session():
     assert type(recogniser.session).__name__ == "_ArenaShrinkingSession"
     assert type(reference.session).__module__.startswith("rapidocr.inference_engine.onnxruntime")
     assert len(page.batches) >= 3
+    session = recogniser.session
+    shrunk: list[bool] = []  # per run: whether it gave the arena back (a large batch) or kept it (a small one)
 
-    for batch in page.batches:
-        crops = [page.crops[i] for i in batch]
-        ours, theirs = recogniser(TextRecInput(img=crops)), reference(TextRecInput(img=crops))
-        assert ours.txts == theirs.txts
-        assert np.allclose(ours.scores, theirs.scores, atol=1e-5)
+    def run(outputs, feed, options):  # noqa: ANN001, ANN202 - ONNX Runtime's own signature
+        shrunk.append(options is not None)
+        return inner(outputs, feed, options)
+
+    inner, session._run = session._run, run
+    try:
+        for batch in page.batches:
+            crops = [page.crops[i] for i in batch]
+            ours, theirs = recogniser(TextRecInput(img=crops)), reference(TextRecInput(img=crops))
+            assert ours.txts == theirs.txts
+            assert np.allclose(ours.scores, theirs.scores, atol=1e-5)
+    finally:
+        session._run = inner
+    assert True in shrunk and False in shrunk  # both kinds of run read as RapidOCR's own session
 
 
 def test_the_last_shapes_detector_is_kept_and_reads_a_page_as_a_fresh_one():
